@@ -1,0 +1,173 @@
+import { OncelyError } from '../errors.js'
+import { requestFingerprint } from './fingerprint.js'
+import type { OperationRecord } from './key-store.js'
+import { resolveClientOptions, resolveHeaders, type ClientOptions, type ResolvedClientOptions } from './options.js'
+import { encodeBody, type RequestBody } from './request-body.js'
+import type { ClientResponse } from './response.js'
+import { sendWithRetries } from './send-with-retries.js'
+
+/** Options of one call. */
+export interface CallOptions {
+  /** Headers for this call, over the client's. (Default: none) */
+  readonly headers?: Readonly<Record<string, string>>
+  /** Stops the call, waits included; it then rejects with `ONCELY_CLIENT_ABORTED`. (Default: none) */
+  readonly signal?: AbortSignal
+}
+
+/** Options of a call that carries an `Idempotency-Key` (POST, PATCH). */
+export interface KeyedCallOptions extends CallOptions {
+  /**
+   * Names the logical operation, such as `order-42:charge`. Its key is minted once, persisted
+   * in the key store before the first attempt, and sent by every attempt of every call with
+   * this name until the record is pruned. Without it the call mints a key of its own, which
+   * its retries share but a restarted process cannot find. (Default: none)
+   */
+  readonly operationId?: string
+}
+
+export interface CallInit extends KeyedCallOptions {
+  readonly body?: RequestBody
+}
+
+/** A client that sends each logical operation once; see `createClient`. */
+export interface OncelyClient {
+  readonly options: ResolvedClientOptions
+  /** POST with an `Idempotency-Key`; retried when safe. */
+  post(path: string, body?: RequestBody, options?: KeyedCallOptions): Promise<ClientResponse>
+  /** PATCH with an `Idempotency-Key`; retried when safe. */
+  patch(path: string, body?: RequestBody, options?: KeyedCallOptions): Promise<ClientResponse>
+  /** PUT, retried without a key: it is idempotent by definition. */
+  put(path: string, body?: RequestBody, options?: CallOptions): Promise<ClientResponse>
+  /** GET, retried without a key. */
+  get(path: string, options?: CallOptions): Promise<ClientResponse>
+  /** DELETE, retried without a key. */
+  delete(path: string, options?: CallOptions): Promise<ClientResponse>
+  /** Any method; every method but GET, HEAD, OPTIONS, PUT and DELETE carries a key. */
+  request(method: string, path: string, init?: CallInit): Promise<ClientResponse>
+  /** Deletes finished operations past their TTL from the key store; returns how many. */
+  prune(now?: Date): Promise<number>
+}
+
+/** Methods idempotent by definition (RFC 9110 §9.2.2): retried as they are, with no key. */
+const IDEMPOTENT_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'PUT', 'DELETE'])
+
+/**
+ * Creates a client whose POST and PATCH carry an `Idempotency-Key` minted once per logical
+ * operation and persisted before the first attempt, and which retries only what is safe.
+ *
+ * @example
+ * ```ts
+ * import { createClient, fileKeyStore } from 'oncely/client'
+ * const client = createClient({
+ *   baseUrl: 'http://127.0.0.1:3000',
+ *   keyStore: fileKeyStore('./.oncely/keys'),
+ *   headers: { authorization: 'Bearer demo_42' },
+ * })
+ * const res = await client.post('/v1/charges', { amount: 1000, currency: 'usd', customer: 'cus_42' },
+ *   { operationId: 'order-42:charge' })
+ * ```
+ */
+export function createClient(options: ClientOptions): OncelyClient {
+  const resolved = resolveClientOptions(options)
+
+  async function request(method: string, path: string, init: CallInit = {}): Promise<ClientResponse> {
+    const verb = resolveMethod(method)
+    const url = resolveUrl(resolved.baseUrl, path)
+    const keyed = !IDEMPOTENT_METHODS.has(verb)
+    const { body, operationId, signal } = init
+    if (operationId !== undefined && (typeof operationId !== 'string' || operationId.length === 0 || operationId.length > 1024)) {
+      throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: operationId must be a string of 1 to 1024 characters, got ${JSON.stringify(operationId)}`)
+    }
+    if (operationId !== undefined && !keyed) {
+      throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: operationId is for requests that carry a key; ${verb} is idempotent and is retried without one`)
+    }
+    if (signal !== undefined && !(signal instanceof AbortSignal)) {
+      throw new OncelyError('ONCELY_INVALID_OPTION', 'oncely client: signal must be an AbortSignal')
+    }
+    const encoded = encodeBody(body)
+    const headers = new Headers(resolved.headers)
+    for (const [name, value] of Object.entries(resolveHeaders('call headers', init.headers ?? {}))) headers.set(name, value)
+    if (encoded.contentType && !headers.has('content-type')) headers.set('content-type', encoded.contentType)
+
+    let key: string | undefined
+    if (keyed) {
+      key = operationId === undefined ? resolved.mintKey() : await keyForOperation(operationId, verb, url, body)
+      headers.set('idempotency-key', key)
+    }
+    const response = await sendWithRetries({ method: verb, url, headers, body: encoded.bytes, key, operationId, signal }, resolved)
+    if (operationId !== undefined) await finishOperation(operationId, response.status)
+    return response
+  }
+
+  /** The operation's key: persisted durably before the first attempt, or refused on mismatch. */
+  async function keyForOperation(operationId: string, method: string, url: string, body: RequestBody | undefined): Promise<string> {
+    const fingerprint = requestFingerprint(method, url, body)
+    const candidate: OperationRecord = {
+      operationId,
+      key: resolved.mintKey(),
+      fingerprint,
+      createdAt: new Date(),
+      finishedAt: null,
+      finalStatus: null,
+      expiresAt: null,
+    }
+    let record: OperationRecord
+    try {
+      record = await resolved.keyStore.claim(candidate)
+    } catch (error) {
+      throw new OncelyError('ONCELY_KEY_STORE_FAILED', `oncely client: could not persist the key of operation ${JSON.stringify(operationId)}; nothing was sent`, { cause: error })
+    }
+    if (typeof record?.key !== 'string' || record.key.length === 0) {
+      throw new OncelyError('ONCELY_KEY_STORE_FAILED', `oncely client: the key store returned no key for operation ${JSON.stringify(operationId)}; nothing was sent`)
+    }
+    if (record.fingerprint !== fingerprint) {
+      throw new OncelyError(
+        'ONCELY_CLIENT_OPERATION_MISMATCH',
+        `oncely client: operation ${JSON.stringify(operationId)} was first used for a different request (method, URL or body); nothing was sent. A new operation needs a new operationId.`,
+      )
+    }
+    return record.key
+  }
+
+  async function finishOperation(operationId: string, status: number): Promise<void> {
+    const finishedAt = new Date()
+    try {
+      await resolved.keyStore.finish(operationId, { finishedAt, finalStatus: status, expiresAt: new Date(finishedAt.getTime() + resolved.keyTtlMs) })
+    } catch (error) {
+      throw new OncelyError(
+        'ONCELY_KEY_STORE_FAILED',
+        `oncely client: operation ${JSON.stringify(operationId)} got its final response (${status}) but the key store could not mark it finished; calling again with the same operationId replays it`,
+        { cause: error },
+      )
+    }
+  }
+
+  return Object.freeze({
+    options: resolved,
+    request,
+    post: (path: string, body?: RequestBody, options?: KeyedCallOptions) => request('POST', path, { ...options, ...definedBody(body) }),
+    patch: (path: string, body?: RequestBody, options?: KeyedCallOptions) => request('PATCH', path, { ...options, ...definedBody(body) }),
+    put: (path: string, body?: RequestBody, options?: CallOptions) => request('PUT', path, { ...options, ...definedBody(body) }),
+    get: (path: string, options?: CallOptions) => request('GET', path, options),
+    delete: (path: string, options?: CallOptions) => request('DELETE', path, options),
+    prune: (now?: Date) => resolved.keyStore.prune(now),
+  })
+}
+
+function definedBody(body: RequestBody | undefined): { body?: RequestBody } {
+  return body === undefined ? {} : { body }
+}
+
+function resolveMethod(method: unknown): string {
+  if (typeof method !== 'string' || !/^[A-Za-z]+$/.test(method)) {
+    throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: method must be an HTTP method name, got ${JSON.stringify(method)}`)
+  }
+  return method.toUpperCase()
+}
+
+function resolveUrl(baseUrl: string, path: unknown): string {
+  if (typeof path !== 'string' || !path.startsWith('/')) {
+    throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: path must start with '/', got ${JSON.stringify(path)}`)
+  }
+  return baseUrl + path
+}

@@ -1,0 +1,19 @@
+/**
+ * `oncely/client`: the client half. One key per logical operation, persisted before the first
+ * attempt; retries only where a retry is safe.
+ */
+export { createClient, type OncelyClient, type CallOptions, type KeyedCallOptions, type CallInit } from './client.js'
+export type { ClientOptions, ResolvedClientOptions, RetryEvent } from './options.js'
+export type { ClientResponse } from './response.js'
+export { describeAttempt, type Attempt } from './attempt.js'
+export { ClientGaveUpError, ClientAbortedError } from './client-errors.js'
+export type { KeyStore, OperationRecord, OperationOutcome } from './key-store.js'
+export { memoryKeyStore } from './memory-key-store.js'
+export { fileKeyStore } from './file-key-store.js'
+export { postgresKeyStore, type PostgresKeyStore, type PostgresKeyStoreOptions, type KeyStoreQueryable } from './postgres-key-store.js'
+export { isRetryableStatus } from './retry-policy.js'
+export { parseRetryAfter, backoffDelay } from './backoff.js'
+export { requestFingerprint } from './fingerprint.js'
+export { mintKey } from './mint-key.js'
+export type { RequestBody, JsonValue } from './request-body.js'
+export { OncelyError, isOncelyError } from '../errors.js'

@@ -1,0 +1,128 @@
+import { OncelyError } from '../errors.js'
+import type { KeyStore, OperationOutcome, OperationRecord } from './key-store.js'
+
+/**
+ * The one method the PostgreSQL key store calls: `pg`'s Pool, PoolClient and Client fit as they
+ * are (the same shape as the server store's `Queryable`).
+ */
+export interface KeyStoreQueryable {
+  query<R = Record<string, unknown>>(config: { text: string; values?: unknown[]; name?: string }): Promise<{ rows: R[]; rowCount: number | null }>
+}
+
+export interface PostgresKeyStoreOptions {
+  /** Schema of the key table; it must exist. (Default: `public`) */
+  readonly schema?: string
+  /** Name of the key table. (Default: `oncely_client_keys`) */
+  readonly table?: string
+}
+
+/** A key store in PostgreSQL, for clients that already have a database. */
+export interface PostgresKeyStore extends KeyStore {
+  /** Creates the key table and its index if they are missing (`CREATE … IF NOT EXISTS`). */
+  setup(): Promise<void>
+  /** The SQL `setup` runs, for a migration tool of your own. */
+  readonly setupSql: string
+}
+
+const PRUNE_BATCH = 500
+
+interface KeyRow {
+  operation_id: string
+  idempotency_key: string
+  fingerprint: string
+  created_at: Date
+  finished_at: Date | null
+  final_status: number | null
+  expires_at: Date | null
+}
+
+/**
+ * A key store in a PostgreSQL table, shared by every process that uses the database. A claim is
+ * one `INSERT … ON CONFLICT DO NOTHING RETURNING` (committed on its own) and, when another
+ * process got there first, a read of its row. Values are always bound parameters.
+ *
+ * @example
+ * ```ts
+ * import pg from 'pg'
+ * import { createClient, postgresKeyStore } from 'oncely/client'
+ * const keyStore = postgresKeyStore(new pg.Pool({ connectionString: process.env.DATABASE_URL }))
+ * await keyStore.setup()
+ * const client = createClient({ baseUrl: 'http://127.0.0.1:3000', keyStore })
+ * ```
+ */
+export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStoreOptions = {}): PostgresKeyStore {
+  if (typeof db?.query !== 'function') throw new OncelyError('ONCELY_INVALID_OPTION', 'postgresKeyStore: db must have a query(config) method, such as a pg.Pool')
+  const table = `${quoteIdentifier('schema', options.schema ?? 'public')}.${quoteIdentifier('table', options.table ?? 'oncely_client_keys')}`
+  const columns = 'operation_id, idempotency_key, fingerprint, created_at, finished_at, final_status, expires_at'
+  const sql = {
+    setup: [
+      `CREATE TABLE IF NOT EXISTS ${table} (`,
+      '  operation_id text PRIMARY KEY,',
+      '  idempotency_key text NOT NULL,',
+      '  fingerprint text NOT NULL,',
+      '  created_at timestamptz NOT NULL,',
+      '  finished_at timestamptz,',
+      '  final_status integer,',
+      '  expires_at timestamptz',
+      ');',
+      `CREATE INDEX IF NOT EXISTS ${quoteIdentifier('table', `${options.table ?? 'oncely_client_keys'}_expires_at`)} ON ${table} (expires_at) WHERE expires_at IS NOT NULL;`,
+    ].join('\n'),
+    insert: `INSERT INTO ${table} (${columns}) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (operation_id) DO NOTHING RETURNING ${columns}`,
+    select: `SELECT ${columns} FROM ${table} WHERE operation_id = $1`,
+    finish: `UPDATE ${table} SET finished_at = $2, final_status = $3, expires_at = $4 WHERE operation_id = $1`,
+    prune: `DELETE FROM ${table} WHERE operation_id IN (SELECT operation_id FROM ${table} WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+  }
+
+  return Object.freeze({
+    setupSql: sql.setup,
+    async setup() {
+      try {
+        await db.query({ text: sql.setup })
+      } catch (error) {
+        // 23505 / 42P07: another process created the table or index at the same moment.
+        const code = (error as { code?: unknown }).code
+        if (code !== '23505' && code !== '42P07') throw error
+      }
+    },
+    async claim(candidate: OperationRecord) {
+      const inserted = await db.query<KeyRow>({
+        text: sql.insert,
+        values: [candidate.operationId, candidate.key, candidate.fingerprint, candidate.createdAt, candidate.finishedAt, candidate.finalStatus, candidate.expiresAt],
+      })
+      const row = inserted.rows[0] ?? (await db.query<KeyRow>({ text: sql.select, values: [candidate.operationId] })).rows[0]
+      if (!row) throw new Error(`key store row for operation ${JSON.stringify(candidate.operationId)} vanished while claiming it`)
+      return toRecord(row)
+    },
+    async finish(operationId: string, outcome: OperationOutcome) {
+      await db.query({ text: sql.finish, values: [operationId, outcome.finishedAt, outcome.finalStatus, outcome.expiresAt] })
+    },
+    async prune(now = new Date()) {
+      // Small batches, so a large backlog never holds many row locks at once.
+      let pruned = 0
+      for (;;) {
+        const deleted = (await db.query({ text: sql.prune, values: [now, PRUNE_BATCH] })).rowCount ?? 0
+        pruned += deleted
+        if (deleted < PRUNE_BATCH) return pruned
+      }
+    },
+  })
+}
+
+function toRecord(row: KeyRow): OperationRecord {
+  return {
+    operationId: row.operation_id,
+    key: row.idempotency_key,
+    fingerprint: row.fingerprint,
+    createdAt: new Date(row.created_at),
+    finishedAt: row.finished_at === null ? null : new Date(row.finished_at),
+    finalStatus: row.final_status,
+    expiresAt: row.expires_at === null ? null : new Date(row.expires_at),
+  }
+}
+
+function quoteIdentifier(option: string, name: unknown): string {
+  if (typeof name !== 'string' || name.length === 0 || name.length > 63 || name.includes('\0')) {
+    throw new OncelyError('ONCELY_INVALID_OPTION', `postgresKeyStore: ${option} must be a non-empty string of at most 63 characters, got ${JSON.stringify(name)}`)
+  }
+  return `"${name.replaceAll('"', '""')}"`
+}

@@ -1,0 +1,35 @@
+import type { Attempt } from './attempt.js'
+
+/**
+ * The final response of a call: read whole inside its attempt, so a connection cut halfway
+ * through the body counts as a failed attempt, never as a truncated success.
+ */
+export interface ClientResponse {
+  readonly status: number
+  /** `status` is 2xx. */
+  readonly ok: boolean
+  readonly headers: Headers
+  /** The body bytes, as received. */
+  readonly body: Buffer
+  /** The `Idempotency-Key` the call carried (the same on every attempt). */
+  readonly key: string | undefined
+  /** Every attempt of the call, this response's last. */
+  readonly attempts: readonly Attempt[]
+  /** The body as UTF-8 text. */
+  text(): string
+  /** The body parsed as JSON. */
+  json<T = unknown>(): T
+}
+
+export function clientResponse(status: number, headers: Headers, body: Buffer, key: string | undefined, attempts: readonly Attempt[]): ClientResponse {
+  return Object.freeze({
+    status,
+    ok: status >= 200 && status <= 299,
+    headers,
+    body,
+    key,
+    attempts,
+    text: () => body.toString('utf8'),
+    json: <T = unknown>() => JSON.parse(body.toString('utf8')) as T,
+  })
+}

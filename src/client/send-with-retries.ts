@@ -1,0 +1,112 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import { describeAttempt, type Attempt } from './attempt.js'
+import { backoffDelay, parseRetryAfter } from './backoff.js'
+import { ClientAbortedError, ClientGaveUpError } from './client-errors.js'
+import type { ResolvedClientOptions } from './options.js'
+import { clientResponse, type ClientResponse } from './response.js'
+import { honoursRetryAfter, isNetworkError, isRetryableStatus } from './retry-policy.js'
+
+/** One call, rendered once: every attempt sends exactly these bytes and this key. */
+export interface PreparedRequest {
+  readonly method: string
+  readonly url: string
+  readonly headers: Headers
+  readonly body: Uint8Array | undefined
+  readonly key: string | undefined
+  readonly operationId: string | undefined
+  readonly signal: AbortSignal | undefined
+}
+
+type AttemptResult =
+  | { readonly kind: 'response'; readonly status: number; readonly headers: Headers; readonly body: Buffer }
+  | { readonly kind: 'error'; readonly error: Error }
+
+/**
+ * Sends `request` until a response that is not worth retrying arrives, then returns it (any
+ * status: a 422 is an answer). Network errors, attempt timeouts, 5xx, 408, 409, 425 and 429 are
+ * retried with full-jitter backoff, or after `Retry-After` on 409, 429 and 503, within
+ * `maxAttempts` and the deadline.
+ */
+export async function sendWithRetries(request: PreparedRequest, options: ResolvedClientOptions): Promise<ClientResponse> {
+  const deadline = performance.now() + options.deadlineMs
+  const attempts: Attempt[] = []
+  let delayMs = 0
+  for (let number = 1; ; number++) {
+    if (request.signal?.aborted) throw aborted(attempts, request)
+    const remaining = deadline - performance.now()
+    if (remaining <= 0) throw gaveUp(`deadline of ${options.deadlineMs} ms reached`, attempts, undefined, request)
+    const started = performance.now()
+    const result = await attemptOnce(request, Math.min(options.attemptTimeoutMs, remaining), options.fetch)
+    if (request.signal?.aborted) throw aborted(attempts, request)
+    const attempt: Attempt = {
+      number,
+      key: request.key,
+      delayMs,
+      status: result.kind === 'response' ? result.status : undefined,
+      error: result.kind === 'error' ? result.error : undefined,
+      durationMs: performance.now() - started,
+    }
+    attempts.push(attempt)
+    let response: ClientResponse | undefined
+    if (result.kind === 'response') {
+      response = clientResponse(result.status, result.headers, result.body, request.key, [...attempts])
+      if (!isRetryableStatus(result.status)) return response
+    } else if (!isNetworkError(result.error) && !(result.error instanceof AttemptTimeoutError)) {
+      throw result.error
+    }
+
+    if (number >= options.maxAttempts) throw gaveUp(`${number} attempts made (maxAttempts)`, attempts, response, request)
+    delayMs = nextDelay(number, result, options)
+    if (performance.now() + delayMs >= deadline) {
+      throw gaveUp(`the next attempt, in ${delayMs} ms, would pass the deadline of ${options.deadlineMs} ms`, attempts, response, request)
+    }
+    options.onRetry?.({ method: request.method, url: request.url, operationId: request.operationId, attempt, delayMs })
+    try {
+      await sleep(delayMs, undefined, { signal: request.signal })
+    } catch (error) {
+      if (request.signal?.aborted) throw aborted(attempts, request)
+      throw error
+    }
+  }
+}
+
+/** A `Retry-After` on 409, 429 and 503 (capped), else full-jitter backoff. */
+function nextDelay(retry: number, result: AttemptResult, options: ResolvedClientOptions): number {
+  if (result.kind === 'response' && honoursRetryAfter(result.status)) {
+    const retryAfter = parseRetryAfter(result.headers.get('retry-after'))
+    if (retryAfter !== undefined) return Math.min(retryAfter, options.maxRetryAfterMs)
+  }
+  return backoffDelay(retry, options.baseDelayMs, options.maxDelayMs, options.random)
+}
+
+/** The attempt's timer fired before the whole response arrived. */
+export class AttemptTimeoutError extends Error {
+  override name = 'AttemptTimeoutError'
+}
+
+async function attemptOnce(request: PreparedRequest, timeoutMs: number, fetch: typeof globalThis.fetch): Promise<AttemptResult> {
+  const timeout = AbortSignal.timeout(timeoutMs)
+  const signal = request.signal ? AbortSignal.any([request.signal, timeout]) : timeout
+  try {
+    const res = await fetch(request.url, { method: request.method, headers: request.headers, body: request.body ?? null, signal })
+    // The body is read inside the attempt: a cut halfway through it is a failed attempt.
+    const body = Buffer.from(await res.arrayBuffer())
+    return { kind: 'response', status: res.status, headers: res.headers, body }
+  } catch (error) {
+    if (timeout.aborted && !request.signal?.aborted) {
+      return { kind: 'error', error: new AttemptTimeoutError(`no whole response within ${timeoutMs} ms`, { cause: error }) }
+    }
+    return { kind: 'error', error: error instanceof Error ? error : new Error(String(error)) }
+  }
+}
+
+function gaveUp(reason: string, attempts: readonly Attempt[], response: ClientResponse | undefined, request: PreparedRequest): ClientGaveUpError {
+  const last = attempts.at(-1)
+  const lastText = last ? `; last ${describeAttempt(last)}` : ''
+  const key = request.key ? ` (Idempotency-Key ${request.key})` : ''
+  return new ClientGaveUpError(`${request.method} ${request.url}${key}: gave up, ${reason}${lastText}`, [...attempts], response)
+}
+
+function aborted(attempts: readonly Attempt[], request: PreparedRequest): ClientAbortedError {
+  return new ClientAbortedError(`${request.method} ${request.url}: aborted after ${attempts.length} attempt(s)`, [...attempts], request.signal?.reason)
+}
