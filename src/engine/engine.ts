@@ -1,0 +1,142 @@
+import { Execution } from './execution.js'
+import { parseIdempotencyKey } from './key.js'
+import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js'
+import type { StoredResponse } from './types.js'
+
+/** A request as the engine sees it: no HTTP types. */
+export interface BeginInput {
+  /** Whose key it is: the user or account id. */
+  scope: string
+  /** The raw `Idempotency-Key` value; validated here. */
+  key: string | readonly string[] | undefined | null
+  /** `fingerprintRequest(...)` of the request. */
+  fingerprint: string
+}
+
+/**
+ * The engine's answer to a request (style rule 2: protocol answers are values). `adapters/http`
+ * turns each into a status, headers and a problem+json body.
+ */
+export type Decision<Tx = unknown> =
+  /** This caller owns the key and runs the operation. */
+  | { kind: 'execute'; execution: Execution<Tx> }
+  /** The operation finished earlier: answer with this response, verbatim. */
+  | { kind: 'replay'; response: StoredResponse }
+  /** The operation is running elsewhere: 409, retry after the hint. */
+  | { kind: 'conflict'; retryAfterSeconds: number }
+  /** The key was used with a different request: 422, never a replay. */
+  | { kind: 'mismatch' }
+  /** The key is missing or malformed: 400, nothing stored. */
+  | { kind: 'invalid'; reason: string }
+
+/** What the failure policy does with a claim whose handler threw. */
+export type FailureAction =
+  /** Delete the claim: the key may be retried as new. Only safe before any side effect. */
+  | { action: 'release' }
+  /** Keep the committed phases and let the next retry resume at once. */
+  | { action: 'suspend' }
+  /** Store this response as the outcome; retries replay it. */
+  | { action: 'store'; response: StoredResponse }
+
+/** Picks the failure action for an error thrown by a handler. */
+export type FailurePolicy = (error: unknown, execution: Execution<unknown>) => FailureAction
+
+/**
+ * Invariant 7, the default: before any step could have had a side effect, release (nothing
+ * happened, so the key can be retried); after, suspend (the retry resumes with the same step
+ * keys, so the provider dedupes). Never a blind re-execution.
+ */
+export const defaultFailurePolicy: FailurePolicy = (_error, execution) =>
+  execution.sideEffectsPossible ? { action: 'suspend' } : { action: 'release' }
+
+/** The result of `engine.run`. */
+export type RunResult<Tx = unknown> =
+  | Exclude<Decision<Tx>, { kind: 'execute' }>
+  | { kind: 'executed'; response: StoredResponse }
+
+export interface Engine<Tx = unknown> {
+  readonly options: ResolvedEngineOptions<Tx>
+  /**
+   * Decides what to do with a request, in one round trip to the store in the common cases.
+   *
+   * @example
+   * ```ts
+   * const decision = await engine.begin({ scope: '42', key: req.headers['idempotency-key'], fingerprint })
+   * if (decision.kind === 'execute') {
+   *   const charge = await decision.execution.step('charge', ({ idempotencyKey }) => provider.charge(idempotencyKey))
+   *   await decision.execution.complete({ status: 201, headers: [], body: Buffer.from(JSON.stringify(charge)) })
+   * }
+   * ```
+   */
+  begin(input: BeginInput): Promise<Decision<Tx>>
+  /**
+   * `begin`, then runs `handler` when this caller owns the key and stores what it returns. If the
+   * handler throws, `onFailure` (default `defaultFailurePolicy`) decides what is kept, and the
+   * error is re-thrown unless the policy stored a response.
+   */
+  run(
+    input: BeginInput,
+    handler: (execution: Execution<Tx>) => Promise<StoredResponse>,
+    options?: { onFailure?: FailurePolicy },
+  ): Promise<RunResult<Tx>>
+}
+
+/**
+ * Creates the engine: the state machine of one key, framework-agnostic.
+ *
+ * @example
+ * ```ts
+ * import pg from 'pg'
+ * import { createEngine } from 'oncely'
+ * import { createPostgresStore } from 'oncely/postgres'
+ * const engine = createEngine({ store: createPostgresStore({ pool: new pg.Pool() }), staleAfterMs: 30_000 })
+ * ```
+ */
+export function createEngine<Tx>(options: EngineOptions<Tx>): Engine<Tx> {
+  const resolved = resolveEngineOptions(options)
+  const { store, ttlMs, staleAfterMs, conflictRetryAfterSeconds } = resolved
+
+  async function begin(input: BeginInput): Promise<Decision<Tx>> {
+    const parsed = parseIdempotencyKey(input.key)
+    if (!parsed.ok) return { kind: 'invalid', reason: parsed.reason }
+    const result = await store.claim({ scope: input.scope, key: parsed.key, fingerprint: input.fingerprint }, { ttlMs, staleAfterMs })
+    switch (result.kind) {
+      case 'claimed':
+        return { kind: 'execute', execution: new Execution(result.claim, result.how, resolved) }
+      case 'completed':
+        return { kind: 'replay', response: result.response }
+      case 'in-progress':
+        return { kind: 'conflict', retryAfterSeconds: conflictRetryAfterSeconds }
+      case 'mismatch':
+        return { kind: 'mismatch' }
+    }
+  }
+
+  async function run(
+    input: BeginInput,
+    handler: (execution: Execution<Tx>) => Promise<StoredResponse>,
+    runOptions: { onFailure?: FailurePolicy } = {},
+  ): Promise<RunResult<Tx>> {
+    const decision = await begin(input)
+    if (decision.kind !== 'execute') return decision
+    const { execution } = decision
+    let response: StoredResponse
+    try {
+      response = await handler(execution)
+    } catch (error) {
+      if (execution.state !== 'running') throw error
+      const policy = runOptions.onFailure ?? defaultFailurePolicy
+      const action = policy(error, execution)
+      if (action.action === 'store') {
+        await execution.fail(action.response)
+        return { kind: 'executed', response: action.response }
+      }
+      await (action.action === 'release' ? execution.release() : execution.suspend())
+      throw error
+    }
+    if (execution.state === 'running') await execution.complete(response)
+    return { kind: 'executed', response }
+  }
+
+  return Object.freeze({ options: resolved, begin, run })
+}

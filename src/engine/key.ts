@@ -1,0 +1,48 @@
+/** The outcome of reading an `Idempotency-Key` header. */
+export type ParsedKey = { ok: true; key: string } | { ok: false; reason: string }
+
+export const MAX_KEY_LENGTH = 255
+
+/**
+ * Validates an `Idempotency-Key` header value: 1 to 255 printable ASCII characters. Also accepts
+ * the IETF draft's form, a structured-field string (`"abc"`, with `\"` and `\\` escapes), and
+ * reads it as the key inside the quotes, so `"abc"` and `abc` name the same operation.
+ *
+ * @example
+ * ```ts
+ * import { parseIdempotencyKey } from 'oncely'
+ * console.assert(parseIdempotencyKey('"8e03978e"').ok)
+ * console.assert(!parseIdempotencyKey('').ok)
+ * ```
+ */
+export function parseIdempotencyKey(header: string | readonly string[] | undefined | null): ParsedKey {
+  if (header === undefined || header === null) return { ok: false, reason: 'the Idempotency-Key header is missing' }
+  if (typeof header !== 'string') {
+    return header.length === 1 ? parseIdempotencyKey(header[0]) : { ok: false, reason: 'the Idempotency-Key header must be sent once' }
+  }
+  const raw = header.trim()
+  const key = raw.length >= 2 && raw.startsWith('"') && raw.endsWith('"') ? unquote(raw) : raw
+  if (key === undefined) return { ok: false, reason: 'the Idempotency-Key is a malformed quoted string' }
+  if (key.length === 0) return { ok: false, reason: 'the Idempotency-Key is empty' }
+  if (key.length > MAX_KEY_LENGTH) return { ok: false, reason: `the Idempotency-Key is longer than ${MAX_KEY_LENGTH} characters` }
+  if (!/^[\x20-\x7e]+$/.test(key)) return { ok: false, reason: 'the Idempotency-Key must be printable ASCII' }
+  return { ok: true, key }
+}
+
+/** Reads an RFC 8941 sf-string: `"` … `"` with `\"` and `\\` as the only escapes. */
+function unquote(quoted: string): string | undefined {
+  let out = ''
+  for (let i = 1; i < quoted.length - 1; i++) {
+    const char = quoted[i]
+    if (char === '\\') {
+      const next = quoted[++i]
+      if ((next !== '"' && next !== '\\') || i >= quoted.length - 1) return undefined
+      out += next
+    } else if (char === '"') {
+      return undefined
+    } else {
+      out += char
+    }
+  }
+  return out
+}

@@ -1,0 +1,57 @@
+import { OncelyError } from '../errors.js'
+import type { IdempotencyStore } from './store.js'
+
+export interface EngineOptions<Tx = unknown> {
+  /** Where keys are recorded: `createPostgresStore(...)`, or any `IdempotencyStore`. */
+  store: IdempotencyStore<Tx>
+  /** How long a key is remembered; after it, the same key is a new request. (Default: 86400000, 24 h) */
+  ttlMs?: number
+  /**
+   * An `in_progress` claim whose lease is older than this may be taken over by a retry. Keep it
+   * above the handler's p99 duration; the lease is renewed while a handler runs, so a live slow
+   * handler is never taken over. (Default: 90000)
+   */
+  staleAfterMs?: number
+  /** How often a running execution renews its lease. Must be below `staleAfterMs`. (Default: a third of `staleAfterMs`) */
+  leaseRenewMs?: number
+  /** The `Retry-After` hint, in whole seconds, sent with a 409 for a key still in progress. (Default: 1) */
+  conflictRetryAfterSeconds?: number
+}
+
+export type ResolvedEngineOptions<Tx = unknown> = Readonly<Required<EngineOptions<Tx>>>
+
+export const DEFAULT_TTL_MS = 86_400_000
+export const DEFAULT_STALE_AFTER_MS = 90_000
+
+/** Resolves, validates and freezes the options once, at start-up (style rule 4). */
+export function resolveEngineOptions<Tx>(options: EngineOptions<Tx>): ResolvedEngineOptions<Tx> {
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
+  const { store } = options
+  if (typeof store !== 'object' || store === null || typeof store.claim !== 'function') {
+    throw invalid('store', 'must be an IdempotencyStore such as createPostgresStore({ pool })', store)
+  }
+  const ttlMs = positiveInteger('ttlMs', options.ttlMs ?? DEFAULT_TTL_MS)
+  const staleAfterMs = positiveInteger('staleAfterMs', options.staleAfterMs ?? DEFAULT_STALE_AFTER_MS)
+  const leaseRenewMs = positiveInteger('leaseRenewMs', options.leaseRenewMs ?? Math.max(1, Math.floor(staleAfterMs / 3)))
+  if (leaseRenewMs >= staleAfterMs) throw invalid('leaseRenewMs', `must be below staleAfterMs (${staleAfterMs})`, leaseRenewMs)
+  const conflictRetryAfterSeconds = positiveInteger('conflictRetryAfterSeconds', options.conflictRetryAfterSeconds ?? 1)
+  return Object.freeze({ store, ttlMs, staleAfterMs, leaseRenewMs, conflictRetryAfterSeconds })
+}
+
+export function positiveInteger(name: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) throw invalid(name, 'must be a positive integer', value)
+  return value
+}
+
+export function invalid(name: string, rule: string, value: unknown): OncelyError {
+  return new OncelyError('ONCELY_INVALID_OPTION', `option ${name} ${rule}; got ${describe(value)}`)
+}
+
+function describe(value: unknown): string {
+  if (typeof value === 'function') return 'a function'
+  try {
+    return JSON.stringify(value) ?? String(value)
+  } catch {
+    return String(value)
+  }
+}

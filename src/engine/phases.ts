@@ -1,0 +1,33 @@
+import { createHash } from 'node:crypto'
+
+/**
+ * The key a step passes to the outside world (Invariant 2): derived from the scope (all users
+ * share one provider account), the key, the claim's identity (a key reused after expiry is a
+ * new operation at the provider too, while a take-over of the same claim reuses it) and the
+ * step. 64 hex characters, within every provider's limit.
+ *
+ * @example
+ * ```ts
+ * import { deriveStepKey } from 'oncely'
+ * const providerKey = deriveStepKey({ scope: '42', key: 'order-42', claimId: '0b6c…', step: 'charge' })
+ * ```
+ */
+export function deriveStepKey(parts: { scope: string; key: string; claimId: string; step: string }): string {
+  // Length-prefixed fields, so no choice of values can make two different tuples collide.
+  const hash = createHash('sha256')
+  for (const field of [parts.scope, parts.key, parts.claimId, parts.step]) {
+    hash.update(`${Buffer.byteLength(field)}:${field};`)
+  }
+  return hash.digest('hex')
+}
+
+/** Round-trips a step result through JSON, so a first run and a resumed run see the same value. */
+export function toStoredForm(result: unknown): { ok: true; value: unknown; json: string } | { ok: false } {
+  try {
+    const json = JSON.stringify(result === undefined ? null : result)
+    if (json === undefined) return { ok: false }
+    return { ok: true, value: JSON.parse(json) as unknown, json }
+  } catch {
+    return { ok: false }
+  }
+}

@@ -1,0 +1,63 @@
+/**
+ * Terminology, used the same way in every file of oncely:
+ *
+ * - **key**: the `Idempotency-Key` a client sends, naming one logical operation. Stored per
+ *   scope (the user), never alone: the same key from two users is two operations.
+ * - **scope**: whose key it is; the user or account id as text.
+ * - **claim**: the row that says "this operation is running". Made by one `INSERT … ON CONFLICT
+ *   DO NOTHING`, committed before any side effect. Its `claimId` is its identity: a take-over
+ *   keeps it, a key reused after expiry gets a new one.
+ * - **fingerprint**: SHA-256 of the canonical JSON of the request's meaningful parts; a request
+ *   whose fingerprint differs from the stored one is a mismatch.
+ * - **replay**: answering a repeated request with the stored response, byte for byte.
+ * - **phase** (or step): one named part of a handler; one that calls the outside world runs
+ *   outside any transaction with a key derived from the claim.
+ * - **recovery point**: the last phase whose result is committed; a retry resumes after it.
+ * - **take-over**: a retry becoming the owner of a stale claim (its worker died, or suspended
+ *   it), by one compare-and-swap on the fence token.
+ * - **fence token**: the random token a claim's owner holds; every write after the claim
+ *   carries it and succeeds only if it still matches.
+ */
+
+/** A stored response, replayed verbatim. */
+export interface StoredResponse {
+  status: number
+  /** Header name/value pairs in the order first sent. */
+  headers: ReadonlyArray<readonly [string, string]>
+  /** The body's exact bytes. */
+  body: Uint8Array
+}
+
+/** What identifies one request to the engine. */
+export interface IdempotencyRequest {
+  /** Whose key it is (user or account id). */
+  scope: string
+  /** The idempotency key, already validated (see `parseIdempotencyKey`). */
+  key: string
+  /** The request fingerprint (see `fingerprintRequest`). */
+  fingerprint: string
+}
+
+/** The state a claim carries into an execution: where to resume from. */
+export interface ClaimState {
+  scope: string
+  key: string
+  /** The claim's identity; part of every derived step key. */
+  claimId: string
+  /** The fence token this owner holds. */
+  fenceToken: string
+  /** The last committed phase, or null before any. */
+  recoveryPoint: string | null
+  /** Results of committed phases, by phase name. */
+  phases: Readonly<Record<string, unknown>>
+}
+
+/** How the owner of a key came to own it. */
+export type ClaimKind = 'new' | 'take-over' | 'reclaimed-expired'
+
+/** The store's answer to a claim attempt. */
+export type ClaimResult =
+  | { kind: 'claimed'; how: ClaimKind; claim: ClaimState }
+  | { kind: 'completed'; fingerprint: string; response: StoredResponse }
+  | { kind: 'in-progress'; fingerprint: string; retryAfterMs: number }
+  | { kind: 'mismatch' }

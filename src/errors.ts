@@ -1,0 +1,48 @@
+/**
+ * Every error oncely throws is an `OncelyError` with a stable `code`; each code is documented in
+ * `docs/errors.md` (a test fails when one is not). Protocol answers (replay, conflict, mismatch)
+ * are values, not errors: only real faults throw.
+ */
+export const ERROR_CODES = {
+  ONCELY_INVALID_OPTION: 'an option given to oncely is missing, of the wrong type or out of range',
+  ONCELY_LOCK_LOST: 'the claim was taken over by another worker; this worker may no longer write',
+  ONCELY_CLAIM_FINISHED: 'the execution already completed, failed, released or suspended its claim',
+  ONCELY_STEP_RESULT_NOT_JSON: 'a step returned a value that cannot be stored as JSON',
+  ONCELY_MIGRATION_FAILED: 'a schema migration failed and was rolled back',
+  ONCELY_SCHEMA_TOO_NEW: 'the database holds migrations this version of oncely does not know',
+  ONCELY_STORE_UNEXPECTED: 'the database answered in a way the store cannot interpret',
+  ONCELY_RESPONSE_NOT_REPLAYABLE: 'a guarded route produced a response that cannot be stored and replayed',
+  ONCELY_CLIENT_GAVE_UP: 'the client stopped retrying: attempts or deadline exhausted; every attempt is attached',
+  ONCELY_CLIENT_OPERATION_MISMATCH: 'an operationId was reused with a different request; nothing was sent',
+  ONCELY_CLIENT_ABORTED: 'the caller aborted the request through its AbortSignal',
+  ONCELY_KEY_STORE_FAILED: 'the client key store could not read or persist a key',
+} as const
+
+export type OncelyErrorCode = keyof typeof ERROR_CODES
+
+/**
+ * @example
+ * ```ts
+ * import { OncelyError } from 'oncely'
+ * try {
+ *   await execution.complete({ status: 201, headers: [], body: Buffer.from('{}') })
+ * } catch (error) {
+ *   if (error instanceof OncelyError && error.code === 'ONCELY_LOCK_LOST') {
+ *     // another worker owns the key now: do not answer from here
+ *   }
+ * }
+ * ```
+ */
+export class OncelyError extends Error {
+  override name = 'OncelyError'
+  readonly code: OncelyErrorCode
+
+  constructor(code: OncelyErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options)
+    this.code = code
+  }
+}
+
+export function isOncelyError(error: unknown, code?: OncelyErrorCode): error is OncelyError {
+  return error instanceof OncelyError && (code === undefined || error.code === code)
+}

@@ -1,0 +1,42 @@
+import { positiveInteger } from '../engine/options.js'
+
+/** What the sweeper needs from a store. */
+export interface SweepableStore {
+  sweepExpired(batchSize: number): Promise<number>
+}
+
+export interface SweepOptions {
+  /** Keys deleted per statement; small, so no batch holds many row locks for long. (Default: 500) */
+  batchSize?: number
+  /** Stop after this many batches in one call, so a huge backlog is worked off over several runs. (Default: 1000) */
+  maxBatches?: number
+  /** Pause between batches, to leave the database room for requests. (Default: 0) */
+  pauseMs?: number
+}
+
+/**
+ * Deletes expired keys in small batches until none is left or `maxBatches` is reached
+ * (Invariant 9). Each batch is one statement that skips rows other transactions hold and checks
+ * expiry again on the locked row, so a key being reclaimed is never deleted.
+ *
+ * @example
+ * ```ts
+ * import { sweepExpiredKeys } from 'oncely'
+ * const { deleted } = await sweepExpiredKeys(store, { batchSize: 200 })
+ * ```
+ */
+export async function sweepExpiredKeys(store: SweepableStore, options: SweepOptions = {}): Promise<{ deleted: number; batches: number }> {
+  const batchSize = positiveInteger('batchSize', options.batchSize ?? 500)
+  const maxBatches = positiveInteger('maxBatches', options.maxBatches ?? 1000)
+  const pauseMs = options.pauseMs ?? 0
+  let deleted = 0
+  let batches = 0
+  while (batches < maxBatches) {
+    const count = await store.sweepExpired(batchSize)
+    batches++
+    deleted += count
+    if (count < batchSize) break
+    if (pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs))
+  }
+  return { deleted, batches }
+}

@@ -1,0 +1,64 @@
+/**
+ * What the store needs from a database connection: `query` with a config object. `pg`'s Pool,
+ * PoolClient and Client fit as they are; `shims.ts` adapts postgres.js, Kysely, Drizzle and
+ * TypeORM transactions to it.
+ */
+export interface QueryConfig {
+  text: string
+  values?: unknown[]
+  /** Statement name: when set, `pg` prepares it once per connection and reuses the plan. */
+  name?: string
+}
+
+export interface QueryResult<R> {
+  rows: R[]
+  rowCount: number | null
+}
+
+export interface Queryable {
+  query<R = Record<string, unknown>>(config: QueryConfig): Promise<QueryResult<R>>
+}
+
+/** A connection checked out of a pool; `release` gives it back. */
+export interface PoolClientLike extends Queryable {
+  release(destroy?: boolean | Error): void
+}
+
+/** A `pg`-shaped pool: the store runs single statements on it and checks out one for a transaction. */
+export interface PoolLike extends Queryable {
+  connect(): Promise<PoolClientLike>
+}
+
+/**
+ * Runs `work` inside BEGIN … COMMIT on one pooled connection, rolling back on any error.
+ *
+ * @example
+ * ```ts
+ * import pg from 'pg'
+ * import { withTransaction } from 'oncely/postgres'
+ * const pool = new pg.Pool()
+ * await withTransaction(pool, async (tx) => {
+ *   await tx.query({ text: 'INSERT INTO orders (id) VALUES ($1)', values: [42] })
+ * })
+ * ```
+ */
+export async function withTransaction<T>(pool: PoolLike, work: (tx: Queryable) => Promise<T>): Promise<T> {
+  const client = await pool.connect()
+  let broken: unknown
+  try {
+    await client.query({ text: 'BEGIN' })
+    const result = await work(client)
+    await client.query({ text: 'COMMIT' })
+    return result
+  } catch (error) {
+    try {
+      await client.query({ text: 'ROLLBACK' })
+    } catch (rollbackError) {
+      // A connection that cannot roll back is not given back to the pool.
+      broken = rollbackError
+    }
+    throw error
+  } finally {
+    client.release(broken instanceof Error ? broken : undefined)
+  }
+}

@@ -1,0 +1,8 @@
+export { createPostgresStore } from './store.js'
+export type { PostgresStore, PostgresStoreOptions } from './store.js'
+export { migrate, migrationSql, loadMigrations } from './migrate.js'
+export type { MigrateOptions, MigrateResult, Migration } from './migrate.js'
+export { withTransaction } from './executor.js'
+export type { PoolClientLike, PoolLike, QueryConfig, QueryResult, Queryable } from './executor.js'
+export { DEFAULT_SCHEMA } from './schema-name.js'
+export { SQLSTATE, isTransientPgError, sqlState } from './pg-errors.js'

@@ -1,0 +1,72 @@
+import { randomBytes } from 'node:crypto'
+import pg from 'pg'
+import { inject } from 'vitest'
+import { trackOpenHandle } from '../setup/guard-open-handles.js'
+
+export interface TestDatabase {
+  /** Connection string of this file's own database. */
+  readonly url: string
+  /** A pool on it (closed by `close`). */
+  readonly pool: pg.Pool
+  /** The schema oncely's tables live in. */
+  readonly schema: string
+  /** Opens another pool on the same database, closed by `close` too. */
+  newPool(max?: number): pg.Pool
+  close(): Promise<void>
+}
+
+/**
+ * A fresh database cloned from the migrated template: each test file gets its own, so files run
+ * in parallel without seeing each other's rows.
+ */
+export async function createTestDatabase(options: { max?: number } = {}): Promise<TestDatabase> {
+  const adminUrl = inject('adminUrl')
+  const template = inject('templateDatabase')
+  const schema = inject('schema')
+  const name = `oncely_test_${template.replace('oncely_template_', '')}_${randomBytes(4).toString('hex')}`
+  const admin = new pg.Client({ connectionString: adminUrl })
+  await admin.connect()
+  try {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await admin.query(`CREATE DATABASE ${name} TEMPLATE ${template}`)
+        break
+      } catch (error) {
+        // 55006: the template is briefly in use by another file's CREATE DATABASE.
+        if ((error as { code?: string }).code !== '55006' || attempt > 50) throw error
+        await new Promise((resolve) => setTimeout(resolve, 50 + Math.random() * 100))
+      }
+    }
+  } finally {
+    await admin.end()
+  }
+  const url = withDatabase(adminUrl, name)
+  const pools: pg.Pool[] = []
+  const newPool = (max = options.max ?? 10): pg.Pool => {
+    const pool = new pg.Pool({ connectionString: url, max })
+    pools.push(pool)
+    return pool
+  }
+  const pool = newPool()
+  const untrack = trackOpenHandle(`database ${name}`)
+  return {
+    url,
+    pool,
+    schema,
+    newPool,
+    async close() {
+      await Promise.all(pools.map((p) => p.end()))
+      const dropper = new pg.Client({ connectionString: adminUrl })
+      await dropper.connect()
+      await dropper.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      await dropper.end()
+      untrack()
+    },
+  }
+}
+
+export function withDatabase(url: string, database: string): string {
+  const parsed = new URL(url)
+  parsed.pathname = `/${database}`
+  return parsed.toString()
+}

@@ -1,0 +1,72 @@
+import { mkdtemp, chmod, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import pg from 'pg'
+import type { TestProject } from 'vitest/node'
+import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/cli/embedded-postgres.js'
+import { migrate } from '../../src/store/postgres/migrate.js'
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** Superuser URL of the test server (embedded, or DATABASE_URL). */
+    adminUrl: string
+    /** The migrated database each test file clones. */
+    templateDatabase: string
+    /** The schema the suite runs under (`ONCELY_TEST_SCHEMA`, default `oncely`). */
+    schema: string
+    serverVersion: string
+  }
+}
+
+/**
+ * Style rule 17: start PostgreSQL once (embedded unless DATABASE_URL is set), migrate a template
+ * database once; each test file clones it (test/helpers/db.ts).
+ */
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  let embedded: EmbeddedDatabase | undefined
+  let dataRoot: string | undefined
+  let adminUrl = process.env.DATABASE_URL
+  if (!adminUrl) {
+    dataRoot = await mkdtemp(path.join(tmpdir(), 'oncely-test-pg-'))
+    // As root, PostgreSQL runs as the `postgres` user, which must reach the data folder.
+    await chmod(dataRoot, 0o755)
+    embedded = await startEmbeddedPostgres({ dataDir: path.join(dataRoot, 'data'), ephemeral: true })
+    adminUrl = embedded.url
+  }
+  const schema = process.env.ONCELY_TEST_SCHEMA ?? 'oncely'
+  const templateDatabase = `oncely_template_${process.pid}`
+  const admin = new pg.Client({ connectionString: adminUrl })
+  await admin.connect()
+  const serverVersion = (await admin.query<{ server_version: string }>('SHOW server_version')).rows[0]?.server_version ?? '?'
+  await admin.query(`DROP DATABASE IF EXISTS ${templateDatabase}`)
+  await admin.query(`CREATE DATABASE ${templateDatabase}`)
+  const templatePool = new pg.Pool({ connectionString: withDatabase(adminUrl, templateDatabase), max: 2 })
+  await migrate({ pool: templatePool, schema })
+  await templatePool.end()
+  await admin.end()
+  process.stdout.write(`oncely tests: PostgreSQL ${serverVersion} (${embedded ? 'embedded' : 'DATABASE_URL'}), schema "${schema}"\n`)
+
+  project.provide('adminUrl', adminUrl)
+  project.provide('templateDatabase', templateDatabase)
+  project.provide('schema', schema)
+  project.provide('serverVersion', serverVersion)
+
+  return async () => {
+    const cleanup = new pg.Client({ connectionString: adminUrl })
+    await cleanup.connect()
+    const { rows } = await cleanup.query<{ datname: string }>(
+      `SELECT datname FROM pg_database WHERE datname = $1 OR datname LIKE $2`,
+      [templateDatabase, `oncely_test_${process.pid}_%`],
+    )
+    for (const { datname } of rows) await cleanup.query(`DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`)
+    await cleanup.end()
+    await embedded?.stop()
+    if (dataRoot) await rm(dataRoot, { recursive: true, force: true })
+  }
+}
+
+export function withDatabase(url: string, database: string): string {
+  const parsed = new URL(url)
+  parsed.pathname = `/${database}`
+  return parsed.toString()
+}

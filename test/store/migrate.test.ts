@@ -1,0 +1,51 @@
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { migrate, migrationSql } from '../../src/store/postgres/index.js'
+import { isOncelyError } from '../../src/errors.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await createTestDatabase()
+})
+afterAll(async () => {
+  await db.close()
+})
+
+describe('migrate', () => {
+  it('twenty concurrent migrations of a fresh schema end with one schema and no error', async () => {
+    const schema = 'Fresh Schema'
+    const pools = Array.from({ length: 20 }, () => db.newPool(1))
+    const results = await Promise.all(pools.map((pool) => migrate({ pool, schema })))
+    const appliedCounts = results.map((result) => result.applied.length)
+    // Exactly one caller applied each migration; the others found it applied.
+    expect(appliedCounts.filter((count) => count > 0)).toHaveLength(1)
+    const { rows } = await db.pool.query<{ id: number }>(`SELECT id FROM "Fresh Schema".migrations ORDER BY id`)
+    expect(rows.map((row) => row.id)).toEqual([1])
+    const tables = await db.pool.query(`SELECT 1 FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'idempotency_key'`, [schema])
+    expect(tables.rowCount).toBe(1)
+  })
+
+  it('is a no-op on a current schema', async () => {
+    expect((await migrate({ pool: db.pool, schema: db.schema })).applied).toEqual([])
+  })
+
+  it('refuses a schema migrated by a newer oncely', async () => {
+    const schema = 'from the future'
+    await migrate({ pool: db.pool, schema })
+    await db.pool.query(`INSERT INTO "from the future".migrations (id, name) VALUES (999, '999_future')`)
+    const error: unknown = await migrate({ pool: db.pool, schema }).catch((e: unknown) => e)
+    expect(isOncelyError(error, 'ONCELY_SCHEMA_TOO_NEW')).toBe(true)
+  })
+
+  it('the dry-run SQL creates the same schema when run by hand', async () => {
+    const sql = await migrationSql('Dry Run')
+    expect(sql).toContain('CREATE TABLE "Dry Run".idempotency_key')
+    const client = new pg.Client({ connectionString: db.url })
+    await client.connect()
+    await client.query(sql)
+    const { rowCount } = await client.query(`SELECT 1 FROM information_schema.tables WHERE table_schema = 'Dry Run' AND table_name = 'idempotency_key'`)
+    await client.end()
+    expect(rowCount).toBe(1)
+  })
+})
