@@ -36,7 +36,7 @@ export async function sendWithRetries(request: PreparedRequest, options: Resolve
     const remaining = deadline - performance.now()
     if (remaining <= 0) throw gaveUp(`deadline of ${options.deadlineMs} ms reached`, attempts, undefined, request)
     const started = performance.now()
-    const result = await attemptOnce(request, Math.min(options.attemptTimeoutMs, remaining), options.fetch)
+    const result = await attemptOnce(request, Math.ceil(Math.min(options.attemptTimeoutMs, remaining)), options.fetch)
     if (request.signal?.aborted) throw aborted(attempts, request)
     const attempt: Attempt = {
       number,

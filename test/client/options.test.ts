@@ -1,0 +1,68 @@
+import { describe, expect, it } from 'vitest'
+import { createClient, isOncelyError, memoryKeyStore, type ClientOptions } from '../../src/client/index.js'
+
+function invalidOptionName(options: unknown): string {
+  try {
+    createClient(options as ClientOptions)
+  } catch (error) {
+    if (isOncelyError(error, 'ONCELY_INVALID_OPTION')) return error.message
+    throw error
+  }
+  throw new Error('no error')
+}
+
+describe('client options', () => {
+  it('are resolved with their documented defaults and frozen', () => {
+    const client = createClient({ baseUrl: 'http://127.0.0.1:3000/api/' })
+    const { options } = client
+    expect(options).toMatchObject({
+      baseUrl: 'http://127.0.0.1:3000/api',
+      headers: {},
+      maxAttempts: 5,
+      baseDelayMs: 100,
+      maxDelayMs: 10_000,
+      maxRetryAfterMs: 60_000,
+      deadlineMs: 120_000,
+      attemptTimeoutMs: 30_000,
+      keyTtlMs: 86_400_000,
+      onRetry: undefined,
+    })
+    expect(Object.isFrozen(options)).toBe(true)
+    expect(Object.isFrozen(options.headers)).toBe(true)
+    expect(Object.isFrozen(client)).toBe(true)
+  })
+
+  it.each([
+    ['baseUrl', { baseUrl: 'ftp://example.com' }],
+    ['baseUrl', { baseUrl: 'not a url' }],
+    ['baseUrl', { baseUrl: 'http://example.com/?q=1' }],
+    ['maxAttempts', { baseUrl: 'http://x', maxAttempts: 0 }],
+    ['maxAttempts', { baseUrl: 'http://x', maxAttempts: 1.5 }],
+    ['baseDelayMs', { baseUrl: 'http://x', baseDelayMs: -1 }],
+    ['maxDelayMs', { baseUrl: 'http://x', maxDelayMs: Number.NaN }],
+    ['maxRetryAfterMs', { baseUrl: 'http://x', maxRetryAfterMs: '5' }],
+    ['deadlineMs', { baseUrl: 'http://x', deadlineMs: 0 }],
+    ['attemptTimeoutMs', { baseUrl: 'http://x', attemptTimeoutMs: Infinity }],
+    ['keyTtlMs', { baseUrl: 'http://x', keyTtlMs: -5 }],
+    ['headers', { baseUrl: 'http://x', headers: { 'Idempotency-Key': 'mine' } }],
+    ['headers', { baseUrl: 'http://x', headers: { accept: 5 } }],
+    ['keyStore', { baseUrl: 'http://x', keyStore: { claim: () => undefined } }],
+    ['onRetry', { baseUrl: 'http://x', onRetry: 'log' }],
+  ])('a bad %s is refused with its name', (name, options) => {
+    expect(invalidOptionName(options)).toContain(name)
+  })
+
+  it('accepts an unlimited deadline and a key store of its own', () => {
+    const keyStore = memoryKeyStore()
+    const { options } = createClient({ baseUrl: 'https://example.com', deadlineMs: Infinity, keyStore })
+    expect(options.deadlineMs).toBe(Infinity)
+    expect(options.keyStore).toBe(keyStore)
+  })
+
+  it('refuses a bad call before sending: relative path, operationId on GET', async () => {
+    const client = createClient({ baseUrl: 'http://127.0.0.1:1' })
+    await expect(client.post('v1/charges', {})).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION', message: expect.stringContaining('path') as unknown })
+    await expect(client.request('GET', '/v1/charges', { operationId: 'x' })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION', message: expect.stringContaining('operationId') as unknown })
+    await expect(client.post('/v1/charges', {}, { operationId: '' })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION' })
+  })
+})

@@ -1,0 +1,51 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { trackOpenHandle } from '../../setup/guard-open-handles.js'
+
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
+
+export interface Finished {
+  readonly code: number | null
+  readonly signal: NodeJS.Signals | null
+  readonly stdout: string
+  readonly stderr: string
+}
+
+export interface RunningNode {
+  readonly child: ChildProcess
+  /** Everything written to stdout so far. */
+  stdout(): string
+  /** Everything written to stderr so far. */
+  stderr(): string
+  readonly finished: Promise<Finished>
+}
+
+/** Starts `node --import tsx <script> …args` from the repository root (TypeScript, no build). */
+export function startNode(script: string, args: readonly string[], env: Record<string, string> = {}): RunningNode {
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+    cwd: REPO_ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  })
+  const untrack = trackOpenHandle(`child process ${script} ${args.join(' ')}`)
+  let stdout = ''
+  let stderr = ''
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
+  const finished = new Promise<Finished>((resolve, reject) => {
+    child.on('error', reject)
+    child.on('close', (code, signal) => {
+      untrack()
+      resolve({ code, signal, stdout, stderr })
+    })
+  })
+  return { child, stdout: () => stdout, stderr: () => stderr, finished }
+}
+
+/** Runs `oncely request …` to the end. */
+export function runRequestCommand(args: readonly string[]): Promise<Finished> {
+  const running = startNode('src/cli/main.ts', ['request', ...args])
+  running.child.stdin?.end()
+  return running.finished
+}
