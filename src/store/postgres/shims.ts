@@ -1,0 +1,143 @@
+/**
+ * Shims that let users of other database libraries pass their own open transaction wherever the
+ * store takes a `Queryable` (`execution.complete(response, { tx })`), so their business writes
+ * and oncely's completion commit together (Invariant 8). Structural types only: oncely has no
+ * runtime dependency on any of these libraries.
+ */
+import { randomUUID } from 'node:crypto'
+import type { Queryable, QueryConfig, QueryResult } from './executor.js'
+
+/** The part of a postgres.js `sql` (or `TransactionSql`) the shim calls. */
+export interface PostgresJsLike {
+  unsafe(query: string, parameters?: unknown[]): PromiseLike<ArrayLike<unknown> & { count?: number | null }>
+}
+
+/**
+ * @example
+ * ```ts
+ * import postgres from 'postgres'
+ * import { fromPostgresJs } from 'oncely/postgres'
+ * const sql = postgres(process.env.DATABASE_URL!)
+ * await sql.begin(async (trx) => {
+ *   await trx`INSERT INTO orders (id) VALUES (${42})`
+ *   await execution.complete(response, { tx: fromPostgresJs(trx) })
+ * })
+ * ```
+ */
+export function fromPostgresJs(sql: PostgresJsLike): Queryable {
+  return {
+    async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
+      const result = await sql.unsafe(config.text, config.values ?? [])
+      return { rows: Array.from(result) as R[], rowCount: result.count ?? result.length }
+    },
+  }
+}
+
+/** The part of a Kysely `Transaction` (or `Kysely`) the shim calls. */
+export interface KyselyLike {
+  executeQuery(query: {
+    readonly sql: string
+    readonly parameters: ReadonlyArray<unknown>
+    readonly query: unknown
+    readonly queryId: { readonly queryId: string }
+  }): Promise<{ rows: unknown[]; numAffectedRows?: bigint }>
+}
+
+/**
+ * @example
+ * ```ts
+ * import { fromKysely } from 'oncely/postgres'
+ * await db.transaction().execute(async (trx) => {
+ *   await trx.insertInto('orders').values({ id: 42 }).execute()
+ *   await execution.complete(response, { tx: fromKysely(trx) })
+ * })
+ * ```
+ */
+export function fromKysely(trx: KyselyLike): Queryable {
+  return {
+    async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
+      // The same shape as Kysely's own CompiledQuery.raw: a raw node, run as it is.
+      const result = await trx.executeQuery({
+        sql: config.text,
+        parameters: config.values ?? [],
+        query: { kind: 'RawNode', sqlFragments: [config.text], parameters: [] },
+        queryId: { queryId: randomUUID() },
+      })
+      const affected = result.numAffectedRows === undefined ? result.rows.length : Number(result.numAffectedRows)
+      return { rows: result.rows as R[], rowCount: affected }
+    },
+  }
+}
+
+/** Drizzle's `sql` template tag, as imported from `drizzle-orm`. */
+export type DrizzleSqlTag = (strings: TemplateStringsArray, ...values: unknown[]) => unknown
+
+/** The part of a Drizzle transaction on the node-postgres driver the shim calls. */
+export interface DrizzleLike {
+  execute(query: never): PromiseLike<unknown>
+}
+
+/**
+ * Drizzle binds values only through its `sql` tag, so the shim takes it too: pass the `sql`
+ * you import from `drizzle-orm`.
+ *
+ * @example
+ * ```ts
+ * import { sql } from 'drizzle-orm'
+ * import { fromDrizzle } from 'oncely/postgres'
+ * await db.transaction(async (tx) => {
+ *   await tx.insert(orders).values({ id: 42 })
+ *   await execution.complete(response, { tx: fromDrizzle(tx, sql) })
+ * })
+ * ```
+ */
+export function fromDrizzle(tx: DrizzleLike, sql: DrizzleSqlTag): Queryable {
+  return {
+    async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
+      const { strings, values } = toTemplate(config.text, config.values ?? [])
+      const result = (await tx.execute(sql(strings, ...values) as never)) as { rows?: unknown[]; rowCount?: number | null }
+      return { rows: (result.rows ?? []) as R[], rowCount: result.rowCount ?? null }
+    },
+  }
+}
+
+/** The part of a TypeORM `QueryRunner` the shim calls (`manager.queryRunner` inside a transaction). */
+export interface TypeOrmQueryRunnerLike {
+  query(query: string, parameters: unknown[] | undefined, useStructuredResult: true): Promise<{ records: unknown[]; affected?: number | null }>
+}
+
+/**
+ * @example
+ * ```ts
+ * import { fromTypeORM } from 'oncely/postgres'
+ * await dataSource.transaction(async (manager) => {
+ *   await manager.query('INSERT INTO orders (id) VALUES ($1)', [42])
+ *   await execution.complete(response, { tx: fromTypeORM(manager.queryRunner!) })
+ * })
+ * ```
+ */
+export function fromTypeORM(queryRunner: TypeOrmQueryRunnerLike): Queryable {
+  return {
+    async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
+      const result = await queryRunner.query(config.text, config.values ?? [], true)
+      return { rows: result.records as R[], rowCount: result.affected ?? result.records.length }
+    },
+  }
+}
+
+/**
+ * Turns `$n` placeholders into template fragments and values, in order of appearance, so a
+ * tagged template can bind them (a placeholder used twice binds its value twice).
+ */
+function toTemplate(text: string, values: unknown[]): { strings: TemplateStringsArray; values: unknown[] } {
+  const fragments: string[] = []
+  const ordered: unknown[] = []
+  let last = 0
+  for (const match of text.matchAll(/\$(\d+)/g)) {
+    fragments.push(text.slice(last, match.index))
+    ordered.push(values[Number(match[1]) - 1])
+    last = match.index + match[0].length
+  }
+  fragments.push(text.slice(last))
+  return { strings: Object.assign([...fragments], { raw: [...fragments] }) as unknown as TemplateStringsArray, values: ordered }
+}

@@ -1,0 +1,53 @@
+import pg from 'pg'
+import { createEngine, type Engine, type EngineOptions } from '../../src/index.js'
+import { createPostgresStore, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { latch } from './deferred.js'
+import type { TestDatabase } from './db.js'
+
+/** An engine on the test database's pool. */
+export function engineOn(
+  db: TestDatabase,
+  options: Omit<EngineOptions<Queryable>, 'store'> = {},
+  pool: pg.Pool = db.pool,
+): { engine: Engine<Queryable>; store: PostgresStore } {
+  const store = createPostgresStore({ pool, schema: db.schema })
+  return { engine: createEngine({ store, ...options }), store }
+}
+
+/**
+ * `count` engines, each on its own pool of one connection, all connected before `work` starts
+ * on every one at once: a race between real parallel connections (style rule 18).
+ */
+export async function raceEngines<T>(
+  db: TestDatabase,
+  count: number,
+  options: Omit<EngineOptions<Queryable>, 'store'>,
+  work: (engine: Engine<Queryable>, index: number) => Promise<T>,
+): Promise<T[]> {
+  const pools = Array.from({ length: count }, () => db.newPool(1))
+  // Connect every pool first, so the race is on the database and not on connection set-up.
+  await Promise.all(pools.map(async (pool) => (await pool.connect()).release()))
+  const engines = pools.map((pool) => engineOn(db, options, pool).engine)
+  const start = latch(count)
+  return Promise.all(
+    engines.map(async (engine, index) => {
+      await start.arrive()
+      return work(engine, index)
+    }),
+  )
+}
+
+/** A stored response with a JSON body written exactly as given. */
+export function jsonResponse(status: number, bodyText: string) {
+  return { status, headers: [['content-type', 'application/json']] as [string, string][], body: Buffer.from(bodyText) }
+}
+
+/** The quoted idempotency table of the test database's schema, for assertions in SQL. */
+export function keyTable(db: TestDatabase): string {
+  return `"${db.schema.replaceAll('"', '""')}".idempotency_key`
+}
+
+/** Makes a claim look abandoned: its lease last renewed an hour ago, as if its worker died. */
+export async function ageClaim(db: TestDatabase, scope: string, key: string): Promise<void> {
+  await db.pool.query(`UPDATE ${keyTable(db)} SET locked_at = now() - interval '1 hour' WHERE user_id = $1 AND key = $2`, [scope, key])
+}
