@@ -35,12 +35,8 @@ export function fromPostgresJs(sql: PostgresJsLike): Queryable {
 
 /** The part of a Kysely `Transaction` (or `Kysely`) the shim calls. */
 export interface KyselyLike {
-  executeQuery(query: {
-    readonly sql: string
-    readonly parameters: ReadonlyArray<unknown>
-    readonly query: unknown
-    readonly queryId: { readonly queryId: string }
-  }): Promise<{ rows: unknown[]; numAffectedRows?: bigint }>
+  // `never`: Kysely's parameter is its own CompiledQuery type, which oncely does not import.
+  executeQuery(query: never): Promise<{ rows: unknown[]; numAffectedRows?: bigint }>
 }
 
 /**
@@ -57,12 +53,13 @@ export function fromKysely(trx: KyselyLike): Queryable {
   return {
     async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
       // The same shape as Kysely's own CompiledQuery.raw: a raw node, run as it is.
-      const result = await trx.executeQuery({
+      const compiled = {
         sql: config.text,
         parameters: config.values ?? [],
         query: { kind: 'RawNode', sqlFragments: [config.text], parameters: [] },
         queryId: { queryId: randomUUID() },
-      })
+      }
+      const result = await trx.executeQuery(compiled as never)
       const affected = result.numAffectedRows === undefined ? result.rows.length : Number(result.numAffectedRows)
       return { rows: result.rows as R[], rowCount: affected }
     },
@@ -139,5 +136,5 @@ function toTemplate(text: string, values: unknown[]): { strings: TemplateStrings
     last = match.index + match[0].length
   }
   fragments.push(text.slice(last))
-  return { strings: Object.assign([...fragments], { raw: [...fragments] }) as unknown as TemplateStringsArray, values: ordered }
+  return { strings: Object.assign([...fragments], { raw: [...fragments] }), values: ordered }
 }
