@@ -96,7 +96,7 @@ export const command: Command = {
     const onSigint = (): void => controller.abort(new Error('interrupted'))
     process.once('SIGINT', onSigint)
     try {
-      const client = createOrUsage(() =>
+      const client = await usageOnInvalid(() =>
         createClient({
           baseUrl: url.origin,
           keyStore: fileKeyStore(values['key-store'] ?? '.oncely/keys'),
@@ -111,7 +111,7 @@ export const command: Command = {
       )
       const body = values.data === undefined ? {} : { body: parseBody(values.data) }
       const operation = values.operation === undefined ? {} : { operationId: values.operation }
-      const response = await createOrUsage(() => client.request(method, url.pathname + url.search, { ...body, ...operation, signal: controller.signal }))
+      const response = await usageOnInvalid(() => client.request(method, url.pathname + url.search, { ...body, ...operation, signal: controller.signal }))
       const last = response.attempts.at(-1)
       if (last) logAttempt(last, '')
       writeBody(response)
@@ -148,9 +148,9 @@ export const command: Command = {
 }
 
 /** An invalid option or argument is bad usage here, not a fault. */
-function createOrUsage<T>(make: () => T): T {
+async function usageOnInvalid<T>(make: () => T | Promise<T>): Promise<T> {
   try {
-    return make()
+    return await make()
   } catch (error) {
     if (isOncelyError(error, 'ONCELY_INVALID_OPTION')) throw new UsageError(plain(error.message))
     throw error
