@@ -18,8 +18,11 @@ export interface Attempt {
  *
  * @example
  * ```ts
- * import { describeAttempt } from 'oncely/client'
- * const client = createClient({ baseUrl, onRetry: ({ attempt, delayMs }) => console.warn(`${describeAttempt(attempt)}; retrying in ${delayMs} ms`) })
+ * import { createClient, describeAttempt } from 'oncely/client'
+ * const client = createClient({
+ *   baseUrl: 'http://127.0.0.1:3000',
+ *   onRetry: ({ attempt, delayMs }) => console.warn(`${describeAttempt(attempt)}; retrying in ${delayMs} ms`),
+ * })
  * ```
  */
 export function describeAttempt(attempt: Attempt): string {

@@ -9,9 +9,10 @@ import type { ClientResponse } from './response.js'
  *
  * @example
  * ```ts
- * import { ClientGaveUpError } from 'oncely/client'
+ * import { ClientGaveUpError, createClient, describeAttempt } from 'oncely/client'
+ * const client = createClient({ baseUrl: 'http://127.0.0.1:3000' })
  * try {
- *   await client.post('/v1/charges', charge, { operationId: 'order-42:charge' })
+ *   await client.post('/v1/charges', { amount: 1000 }, { operationId: 'order-42:charge' })
  * } catch (error) {
  *   if (error instanceof ClientGaveUpError) console.error(error.attempts.map(describeAttempt))
  * }
@@ -36,8 +37,9 @@ export class ClientGaveUpError extends OncelyError {
  *
  * @example
  * ```ts
- * import { ClientAbortedError } from 'oncely/client'
- * const res = await client.post('/v1/charges', charge, { signal: AbortSignal.timeout(5_000) })
+ * import { ClientAbortedError, createClient } from 'oncely/client'
+ * const client = createClient({ baseUrl: 'http://127.0.0.1:3000' })
+ * const res = await client.post('/v1/charges', { amount: 1000 }, { signal: AbortSignal.timeout(5_000) })
  *   .catch((error: unknown) => (error instanceof ClientAbortedError ? undefined : Promise.reject(error)))
  * ```
  */

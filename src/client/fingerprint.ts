@@ -7,6 +7,14 @@ import type { RequestBody } from './request-body.js'
  * `operationId` is bound to. Headers stay out (tokens rotate, trace ids change per attempt).
  * JSON bodies are canonicalized, so key order and whitespace never cause a false mismatch;
  * text and bytes are taken as they are.
+ *
+ * @example
+ * ```ts
+ * import { requestFingerprint } from 'oncely/client'
+ * const a = requestFingerprint('POST', 'http://127.0.0.1:3000/v1/charges', { amount: 1000, currency: 'usd' })
+ * const b = requestFingerprint('POST', 'http://127.0.0.1:3000/v1/charges', { currency: 'usd', amount: 1000 })
+ * // a === b
+ * ```
  */
 export function requestFingerprint(method: string, url: string, body: RequestBody | undefined): string {
   const rendered = canonicalize({ method: method.toUpperCase(), url, body: describeBody(body) })

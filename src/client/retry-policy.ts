@@ -12,6 +12,13 @@ const RETRY_AFTER_STATUSES: ReadonlySet<number> = new Set([409, 429, 503])
 /**
  * Whether a response status is worth another attempt: any 5xx, and exactly 408, 409, 425 and
  * 429. Every other 4xx means the request itself is wrong (a 422 above all): retrying it is a loop.
+ *
+ * @example
+ * ```ts
+ * import { isRetryableStatus } from 'oncely/client'
+ * isRetryableStatus(503) // true
+ * isRetryableStatus(422) // false
+ * ```
  */
 export function isRetryableStatus(status: number): boolean {
   return (status >= 500 && status <= 599) || RETRYABLE_CLIENT_ERRORS.has(status)
