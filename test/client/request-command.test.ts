@@ -118,7 +118,27 @@ describe('oncely request', () => {
   })
 })
 
-describe('a client process killed mid-request', () => {
+describe('a client process stopped mid-request', () => {
+  it('exit 130 on SIGINT during an attempt; the rerun sends the same key', async () => {
+    const firstArrived = deferred<string>()
+    const server = await serve((req, res, n) => {
+      if (n === 1) return firstArrived.resolve(String(req.headers['idempotency-key']))
+      reply(res, 201, '{"id":"ch_1"}')
+    })
+    const keys = await keyDirectory()
+    const args = ['request', 'POST', `${server.url}/v1/charges`, '--operation', 'order-42:charge', '--data', charge, '--key-store', keys]
+    const interrupted = startNode('src/cli/main.ts', args)
+    const firstKey = await firstArrived.promise
+    interrupted.child.kill('SIGINT')
+    const stopped = await interrupted.finished
+    expect(stopped.code, stopped.stderr).toBe(REQUEST_EXIT.interrupted)
+    expect(stopped.stderr).toContain('aborted after')
+
+    const rerun = await runRequestCommand(args.slice(1))
+    expect(rerun.code, rerun.stderr).toBe(REQUEST_EXIT.ok)
+    expect(server.requests.map((r) => r.headers['idempotency-key'])).toEqual([firstKey, firstKey])
+  })
+
   it('SIGKILLed after its first attempt was sent, restarted with the same operation, sends the same key', async () => {
     const firstArrived = deferred<string>()
     const release = deferred()
