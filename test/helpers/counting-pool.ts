@@ -1,0 +1,31 @@
+import type pg from 'pg'
+import type { PoolClientLike, PoolLike, QueryConfig } from '../../src/store/postgres/index.js'
+
+/**
+ * Wraps a pool and counts every statement sent to PostgreSQL, through the pool or through a
+ * connection checked out for a transaction: the round trips of DESIGN.md's cost budget.
+ */
+export function countingPool(pool: pg.Pool): PoolLike & { statements: string[]; reset(): void } {
+  const statements: string[] = []
+  const record = (config: QueryConfig) => statements.push(config.text.trim().split(/\s+/).slice(0, 2).join(' '))
+  return {
+    statements,
+    reset() {
+      statements.length = 0
+    },
+    async query<R>(config: QueryConfig) {
+      record(config)
+      return pool.query(config) as unknown as Promise<{ rows: R[]; rowCount: number | null }>
+    },
+    async connect(): Promise<PoolClientLike> {
+      const client = await pool.connect()
+      return {
+        async query<R>(config: QueryConfig) {
+          record(config)
+          return client.query(config) as unknown as Promise<{ rows: R[]; rowCount: number | null }>
+        },
+        release: (destroy?: boolean | Error) => client.release(destroy),
+      }
+    },
+  }
+}
