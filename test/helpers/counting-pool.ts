@@ -15,14 +15,14 @@ export function countingPool(pool: pg.Pool): PoolLike & { statements: string[]; 
     },
     async query<R>(config: QueryConfig) {
       record(config)
-      return pool.query(config) as unknown as Promise<{ rows: R[]; rowCount: number | null }>
+      return pool.query(config)
     },
     async connect(): Promise<PoolClientLike> {
       const client = await pool.connect()
       return {
         async query<R>(config: QueryConfig) {
           record(config)
-          return client.query(config) as unknown as Promise<{ rows: R[]; rowCount: number | null }>
+          return client.query(config)
         },
         release: (destroy?: boolean | Error) => client.release(destroy),
       }
