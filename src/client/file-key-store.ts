@@ -31,7 +31,7 @@ export function fileKeyStore(directory: string): KeyStore {
   let ready: Promise<void> | undefined
   const ensureDirectory = (): Promise<void> => {
     ready ??= mkdir(root, { recursive: true }).then(
-      () => undefined,
+      (created) => (created === undefined ? undefined : fsyncNewDirectories(created, root)),
       (error: unknown) => {
         ready = undefined
         throw error
@@ -165,6 +165,14 @@ async function fsyncDirectory(directory: string): Promise<void> {
     await handle.sync()
   } finally {
     await handle.close()
+  }
+}
+
+/** Makes directories just created survive a crash: each one's entry lives in its parent. */
+async function fsyncNewDirectories(firstCreated: string, deepest: string): Promise<void> {
+  for (let directory = deepest; ; directory = path.dirname(directory)) {
+    await fsyncDirectory(path.dirname(directory))
+    if (directory === firstCreated || path.dirname(directory) === directory) return
   }
 }
 
