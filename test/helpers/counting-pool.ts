@@ -1,5 +1,5 @@
 import type pg from 'pg'
-import type { PoolClientLike, PoolLike, QueryConfig } from '../../src/store/postgres/index.js'
+import type { PoolClientLike, PoolLike, QueryConfig, QueryResult } from '../../src/store/postgres/index.js'
 
 /**
  * Wraps a pool and counts every statement sent to PostgreSQL, through the pool or through a
@@ -13,16 +13,18 @@ export function countingPool(pool: pg.Pool): PoolLike & { statements: string[]; 
     reset() {
       statements.length = 0
     },
-    async query<R>(config: QueryConfig) {
+    async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
       record(config)
-      return pool.query(config)
+      const result: QueryResult<unknown> = await pool.query(config)
+      return result as QueryResult<R>
     },
     async connect(): Promise<PoolClientLike> {
       const client = await pool.connect()
       return {
-        async query<R>(config: QueryConfig) {
+        async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
           record(config)
-          return client.query(config)
+          const result: QueryResult<unknown> = await client.query(config)
+          return result as QueryResult<R>
         },
         release: (destroy?: boolean | Error) => client.release(destroy),
       }
