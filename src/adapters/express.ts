@@ -1,0 +1,59 @@
+import type { NextFunction, Request, RequestHandler, Response } from 'express'
+import { captureServerResponse, sendAnswer } from './capture-server-response.js'
+import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
+
+export { PROBLEM_TYPES } from './answers.js'
+export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
+
+declare module 'express-serve-static-core' {
+  interface Request {
+    /** Set by oncely's `idempotency()` on a request that owns its key; `undefined` elsewhere. */
+    idempotency?: IdempotencyContext
+  }
+}
+
+/**
+ * Express 5 middleware: a guarded request (`methods`, `routes`) needs an `Idempotency-Key`; a
+ * repeat gets the stored response, a concurrent one 409, a different payload 422. Mount it on
+ * the route, after the body parser, so it sees the route pattern, its params and `req.body`.
+ *
+ * @example
+ * ```ts
+ * import express from 'express'
+ * import { idempotency } from 'oncely/express'
+ * const app = express()
+ * const once = idempotency({ engine, scope: (req) => req.get('x-user-id') })
+ * app.post('/v1/charges', express.json(), once, async (req, res) => {
+ *   const charge = await req.idempotency!.execution.step('charge', ({ idempotencyKey }) => provider.charge(req.body, idempotencyKey))
+ *   res.status(201).json(charge)
+ * })
+ * ```
+ */
+export function idempotency<Tx = unknown>(options: AdapterOptions<Request, Tx>): RequestHandler {
+  const resolved = resolveAdapterOptions(options)
+  return async function oncelyIdempotency(req: Request, res: Response, next: NextFunction): Promise<void> {
+    const route = routePattern(req)
+    if (!isGuarded(resolved, req.method, route)) return next()
+    const gate = await beginGuarded(resolved, req, {
+      method: req.method,
+      route,
+      params: req.params as Record<string, string>,
+      query: req.query,
+      body: req.body as unknown,
+      key: req.headers['idempotency-key'],
+    })
+    if (gate.kind === 'answer') {
+      sendAnswer(res, gate.answer)
+      return
+    }
+    req.idempotency = gate.guard.context
+    captureServerResponse(res, gate.guard)
+    next()
+  }
+}
+
+/** The matched route's pattern, with its mount path; the path when mounted globally. */
+function routePattern(req: Request): string {
+  const routePath: unknown = (req.route as { path?: unknown } | undefined)?.path
+  return typeof routePath === 'string' ? `${req.baseUrl}${routePath}` : `${req.baseUrl}${req.path}`
+}

@@ -1,0 +1,125 @@
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { headerRecord, type HttpAnswer } from './answers.js'
+import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type GuardedExecution, type IdempotencyContext } from './http.js'
+
+export { PROBLEM_TYPES } from './answers.js'
+export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** `true` guards this route whatever its method; `false` never guards it. (Default: by the plugin's `methods` and `routes`) */
+    idempotency?: boolean
+  }
+  interface FastifyRequest {
+    /** Set by `oncelyFastify` on a request that owns its key; `null` elsewhere. */
+    idempotency: IdempotencyContext | null
+  }
+}
+
+/** Options of `oncelyFastify`. */
+export type OncelyFastifyOptions<Tx = unknown> = AdapterOptions<FastifyRequest, Tx>
+
+const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options) => {
+  const resolved = resolveAdapterOptions(options)
+  const guards = new WeakMap<FastifyRequest, GuardedExecution<unknown>>()
+  const threw = new WeakMap<FastifyRequest, unknown>()
+  fastify.decorateRequest('idempotency', null)
+
+  // preHandler: the body is parsed and the route matched; the handler has not run yet.
+  fastify.addHook('preHandler', async (request, reply) => {
+    const route = request.routeOptions.url ?? request.url.split('?')[0] ?? '/'
+    if (!(request.routeOptions.config.idempotency ?? isGuarded(resolved, request.method, route))) return
+    const gate = await beginGuarded(resolved, request, {
+      method: request.method,
+      route,
+      params: request.params as Record<string, string>,
+      query: request.query as Record<string, unknown>,
+      body: request.body,
+      key: request.headers['idempotency-key'],
+    })
+    if (gate.kind === 'answer') return send(reply, gate.answer)
+    request.idempotency = gate.guard.context
+    guards.set(request, gate.guard)
+  })
+
+  fastify.addHook('onError', async (request, _reply, error) => {
+    threw.set(request, error)
+  })
+
+  fastify.addHook('onSend', async (request, reply, payload) => {
+    const guard = guards.get(request)
+    if (!guard) return payload
+    guards.delete(request)
+    if (threw.has(request)) {
+      await guard.settle({ kind: 'thrown', error: threw.get(request) })
+      return payload
+    }
+    if (isStream(payload)) {
+      destroy(payload)
+      return replace(reply, await guard.settle({ kind: 'streamed', status: reply.statusCode }))
+    }
+    const body = toBytes(payload)
+    const replacement = await guard.settle({ kind: 'response', status: reply.statusCode, headers: Object.entries(reply.getHeaders()), body })
+    return replacement ? replace(reply, replacement) : payload
+  })
+
+  // A hijacked reply skips onSend: end the claim anyway, so the lease stops and a retry may run.
+  fastify.addHook('onResponse', async (request) => {
+    const guard = guards.get(request)
+    if (!guard) return
+    guards.delete(request)
+    await guard.settle({ kind: 'thrown', error: new Error('the reply was sent without passing through onSend') })
+  })
+}
+
+/**
+ * Fastify plugin (`fastify-plugin`, so it applies to the routes of the instance it is
+ * registered on): a guarded request needs an `Idempotency-Key`; a repeat gets the stored
+ * response, a concurrent one 409, a different payload 422. Opt a route in or out with
+ * `config: { idempotency: true | false }`.
+ *
+ * @example
+ * ```ts
+ * import Fastify from 'fastify'
+ * import { oncelyFastify } from 'oncely/fastify'
+ * const app = Fastify()
+ * await app.register(oncelyFastify, { engine, scope: (request) => request.headers['x-user-id'] as string | undefined })
+ * app.post('/v1/charges', async (request, reply) => {
+ *   const charge = await request.idempotency!.execution.step('charge', ({ idempotencyKey }) => provider.charge(request.body, idempotencyKey))
+ *   return reply.code(201).send(charge)
+ * })
+ * ```
+ */
+export const oncelyFastify = fp(plugin, { fastify: '5.x', name: 'oncely' })
+
+function send(reply: FastifyReply, answer: HttpAnswer): FastifyReply {
+  return reply.code(answer.status).headers(headerRecord(answer.headers)).send(Buffer.from(answer.body))
+}
+
+/** Replaces the payload in onSend, dropping the headers the handler set. */
+function replace(reply: FastifyReply, answer: HttpAnswer | null): Buffer {
+  for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
+  if (answer === null) return Buffer.alloc(0)
+  reply.code(answer.status).headers(headerRecord(answer.headers))
+  return Buffer.from(answer.body)
+}
+
+function isStream(payload: unknown): boolean {
+  if (typeof payload !== 'object' || payload === null) return false
+  return typeof (payload as { pipe?: unknown }).pipe === 'function' || payload instanceof ReadableStream || payload instanceof Response
+}
+
+function destroy(payload: unknown): void {
+  const stream = payload as { destroy?: () => void; cancel?: () => Promise<void>; body?: ReadableStream | null }
+  if (typeof stream.destroy === 'function') stream.destroy()
+  else if (payload instanceof ReadableStream) void payload.cancel().catch(() => undefined)
+  else if (payload instanceof Response) void payload.body?.cancel().catch(() => undefined)
+}
+
+function toBytes(payload: unknown): Uint8Array {
+  if (payload === undefined || payload === null) return new Uint8Array(0)
+  if (payload instanceof Uint8Array) return payload
+  if (typeof payload === 'string') return Buffer.from(payload)
+  throw new TypeError('onSend: the serialized payload must be a string, a Buffer or a stream')
+}

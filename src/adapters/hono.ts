@@ -1,0 +1,122 @@
+import type { Context, Env, MiddlewareHandler } from 'hono'
+import { matchedRoutes } from 'hono/route'
+import type { HttpAnswer } from './answers.js'
+import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
+
+export { PROBLEM_TYPES } from './answers.js'
+export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
+
+/** The Hono environment the middleware adds: `c.get('idempotency')` on a request that owns its key. */
+export interface IdempotencyEnv<Tx = unknown> {
+  Variables: { idempotency: IdempotencyContext<Tx> | undefined }
+}
+
+/**
+ * Hono middleware: a guarded request (`methods`, `routes`) needs an `Idempotency-Key`; a repeat
+ * gets the stored response, a concurrent one 409, a different payload 422. The response is read
+ * from `c.res` after the handler; streamed responses are refused (docs/adapters.md).
+ *
+ * @example
+ * ```ts
+ * import { Hono } from 'hono'
+ * import { idempotency, type IdempotencyEnv } from 'oncely/hono'
+ * const app = new Hono<IdempotencyEnv>()
+ * app.post('/v1/charges', idempotency({ engine, scope: (c) => c.req.header('x-user-id') }), async (c) => {
+ *   const body = await c.req.json()
+ *   const charge = await c.get('idempotency')!.execution.step('charge', ({ idempotencyKey }) => provider.charge(body, idempotencyKey))
+ *   return c.json(charge, 201)
+ * })
+ * ```
+ */
+export function idempotency<Tx = unknown, E extends Env = Env>(
+  options: AdapterOptions<Context<E & IdempotencyEnv<Tx>, string>, Tx>,
+): MiddlewareHandler<E & IdempotencyEnv<Tx>> {
+  const resolved = resolveAdapterOptions(options)
+  return async function oncelyIdempotency(c, next) {
+    const { route, params } = handlerRoute(c)
+    if (!isGuarded(resolved, c.req.method, route)) return next()
+    const gate = await beginGuarded(resolved, c, {
+      method: c.req.method,
+      route,
+      params,
+      query: c.req.queries(),
+      body: await readBody(c),
+      key: c.req.header('idempotency-key'),
+    })
+    if (gate.kind === 'answer') return toResponse(gate.answer)
+    c.set('idempotency', gate.guard.context)
+    let streamed = false
+    const { body: originalBody, newResponse: originalNewResponse } = c
+    const noteStream = (data: unknown) => {
+      if (data instanceof ReadableStream) streamed = true
+    }
+    c.body = ((data: unknown, ...rest: never[]) => (noteStream(data), (originalBody as (...a: unknown[]) => Response)(data, ...rest))) as typeof c.body
+    c.newResponse = ((data: unknown, ...rest: never[]) => (noteStream(data), (originalNewResponse as (...a: unknown[]) => Response)(data, ...rest))) as typeof c.newResponse
+    try {
+      await next()
+    } finally {
+      c.body = originalBody
+      c.newResponse = originalNewResponse
+    }
+    if (c.error) {
+      await gate.guard.settle({ kind: 'thrown', error: c.error })
+      return
+    }
+    const res = c.res
+    if (streamed || isStreaming(res)) {
+      await res.body?.cancel()
+      replace(c, await gate.guard.settle({ kind: 'streamed', status: res.status }))
+      return
+    }
+    const body = new Uint8Array(await res.arrayBuffer())
+    const replacement = await gate.guard.settle({ kind: 'response', status: res.status, headers: res.headers.entries(), body })
+    replace(c, replacement ?? new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers }))
+  }
+}
+
+/** Sets `c.res` without merging the headers of the response it replaces. */
+function replace(c: Context, response: Response | HttpAnswer | null): void {
+  if (response === null) return
+  c.res = undefined
+  c.res = response instanceof Response ? response : toResponse(response)
+}
+
+function toResponse(answer: HttpAnswer): Response {
+  const headers = new Headers()
+  for (const [name, value] of answer.headers) headers.append(name, value)
+  return new Response(answer.body.byteLength === 0 ? null : answer.body, { status: answer.status, headers })
+}
+
+function isStreaming(res: Response): boolean {
+  return res.headers.get('transfer-encoding')?.toLowerCase().includes('chunked') === true || res.headers.get('content-type')?.startsWith('text/event-stream') === true
+}
+
+/** The pattern and params of the route that will answer (the last matched non-middleware route). */
+function handlerRoute(c: Context): { route: string; params: Record<string, string> } {
+  const routes = matchedRoutes(c)
+  let index = routes.length - 1
+  while (index > 0 && routes[index]?.method === 'ALL') index--
+  const route = routes[index]
+  if (!route || route.path === '*' || route.path === '/*') return { route: c.req.path, params: {} }
+  const current = c.req.routeIndex
+  c.req.routeIndex = index
+  try {
+    return { route: route.path, params: c.req.param() }
+  } finally {
+    c.req.routeIndex = current
+  }
+}
+
+async function readBody(c: Context): Promise<unknown> {
+  if (c.req.raw.body === null) return undefined
+  const type = c.req.header('content-type') ?? ''
+  if (/^application\/([\w.+-]*\+)?json/i.test(type)) {
+    const text = await c.req.text()
+    try {
+      return JSON.parse(text) as unknown
+    } catch {
+      return new Uint8Array(Buffer.from(text))
+    }
+  }
+  return new Uint8Array(await c.req.arrayBuffer())
+}

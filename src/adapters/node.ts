@@ -1,0 +1,121 @@
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import { invalid, positiveInteger } from '../engine/options.js'
+import { problem, PROBLEM_TYPES } from './answers.js'
+import { captureServerResponse, sendAnswer } from './capture-server-response.js'
+import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
+
+export { PROBLEM_TYPES } from './answers.js'
+export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
+
+/** A matched route: its pattern and path parameters. */
+export interface RouteMatch {
+  pattern: string
+  params?: Record<string, string>
+}
+
+/** Options of `withIdempotency`: the common ones plus body reading and routing. */
+export interface NodeAdapterOptions<Tx = unknown> extends AdapterOptions<IncomingMessage, Tx> {
+  /** Largest request body read; a larger one gets 413. (Default: 1048576) */
+  maxBodyBytes?: number
+  /** The route pattern and params of a request, for the fingerprint. (Default: the path, no params) */
+  route?: (request: IncomingMessage) => RouteMatch
+}
+
+/** What the wrapped handler receives besides `req` and `res`. */
+export interface NodeHandlerContext<Tx = unknown> {
+  /** The parsed JSON body; the raw bytes for another content type; `undefined` when empty. */
+  body: unknown
+  rawBody: Buffer
+  /** Present on a request that owns its key. */
+  idempotency: IdempotencyContext<Tx> | undefined
+}
+
+export type NodeHandler<Tx> = (req: IncomingMessage, res: ServerResponse, context: NodeHandlerContext<Tx>) => void | Promise<void>
+
+/**
+ * Wraps a `node:http` handler: reads the body (bounded), and on a guarded request needs an
+ * `Idempotency-Key`; a repeat gets the stored response, a concurrent one 409, a different
+ * payload 422. The response is held until its outcome is stored.
+ *
+ * @example
+ * ```ts
+ * import { createServer } from 'node:http'
+ * import { withIdempotency } from 'oncely/node'
+ * const server = createServer(withIdempotency({ engine, scope: (req) => req.headers['x-user-id'] as string | undefined }, async (req, res, { body, idempotency }) => {
+ *   const charge = await idempotency!.execution.step('charge', ({ idempotencyKey }) => provider.charge(body, idempotencyKey))
+ *   res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify(charge))
+ * }))
+ * ```
+ */
+export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, handler: NodeHandler<Tx>): (req: IncomingMessage, res: ServerResponse) => void {
+  const resolved = resolveAdapterOptions(options)
+  const maxBodyBytes = positiveInteger('maxBodyBytes', options.maxBodyBytes ?? 1_048_576)
+  if (options.route !== undefined && typeof options.route !== 'function') throw invalid('route', 'must be a function', options.route)
+  if (typeof handler !== 'function') throw invalid('handler', 'must be a function', handler)
+  const routeOf = options.route ?? ((req: IncomingMessage): RouteMatch => ({ pattern: new URL(req.url ?? '/', 'http://localhost').pathname }))
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const rawBody = await readBody(req, maxBodyBytes)
+    if (rawBody === undefined) {
+      return sendAnswer(res, problem(413, PROBLEM_TYPES.bodyTooLarge, 'Body too large', `the request body exceeds ${maxBodyBytes} bytes`, [['connection', 'close']]))
+    }
+    const body = parseBody(req, rawBody)
+    if (body instanceof SyntaxError) return sendAnswer(res, problem(400, PROBLEM_TYPES.invalidJson, 'Invalid JSON', body.message))
+    const url = new URL(req.url ?? '/', 'http://localhost')
+    const route = routeOf(req)
+    const method = req.method ?? 'GET'
+    if (!isGuarded(resolved, method, route.pattern)) return handler(req, res, { body, rawBody, idempotency: undefined })
+    const gate = await beginGuarded(resolved, req, {
+      method,
+      route: route.pattern,
+      params: route.params ?? {},
+      query: Object.fromEntries([...url.searchParams.keys()].map((name) => [name, url.searchParams.getAll(name)])),
+      body,
+      key: req.headers['idempotency-key'],
+    })
+    if (gate.kind === 'answer') return sendAnswer(res, gate.answer)
+    captureServerResponse(res, gate.guard)
+    try {
+      await handler(req, res, { body, rawBody, idempotency: gate.guard.context })
+    } catch (error) {
+      await gate.guard.settle({ kind: 'thrown', error })
+      throw error
+    }
+  }
+
+  return (req, res) => {
+    handle(req, res).catch((error: unknown) => {
+      resolved.log(`oncely: the handler of ${req.method} ${req.url} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`)
+      if (res.headersSent || res.writableEnded) res.destroy()
+      else sendAnswer(res, problem(500, 'about:blank', 'Internal Server Error', 'the request could not be processed'))
+    })
+  }
+}
+
+/** Reads the body; `undefined` when it is longer than `limit` (the rest is drained unread). */
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer | undefined> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = []
+    let length = 0
+    const onData = (chunk: Buffer) => {
+      length += chunk.length
+      if (length <= limit) return void chunks.push(chunk)
+      req.off('data', onData)
+      req.resume()
+      resolve(undefined)
+    }
+    req.on('data', onData)
+    req.once('end', () => resolve(Buffer.concat(chunks)))
+    req.once('error', reject)
+  })
+}
+
+function parseBody(req: IncomingMessage, raw: Buffer): unknown {
+  if (raw.length === 0) return undefined
+  if (!/^application\/([\w.+-]*\+)?json/i.test(req.headers['content-type'] ?? '')) return raw
+  try {
+    return JSON.parse(raw.toString('utf8')) as unknown
+  } catch (error) {
+    return error instanceof SyntaxError ? error : new SyntaxError(String(error))
+  }
+}

@@ -1,0 +1,101 @@
+import type { Engine } from '../engine/engine.js'
+import { invalid, positiveInteger } from '../engine/options.js'
+
+/** What one guarded request came to, reported to `onOutcome` (for metrics). */
+export interface OutcomeEvent {
+  /**
+   * `created`: the handler answered below 400; `replayed`: a stored response was sent again;
+   * `conflict`: 409 (the key is in use, or this worker lost its claim); `mismatch`: 422;
+   * `invalid`: 400 or 401 before any claim; `failed`: the handler answered 400 or more, threw,
+   * or its outcome could not be stored.
+   */
+  outcome: 'created' | 'replayed' | 'conflict' | 'mismatch' | 'invalid' | 'failed'
+  /** Time from the start of the guard to the answer, handler included, in milliseconds. */
+  durationMs: number
+  /** The status sent to the client. */
+  status: number
+}
+
+/** Gives the user (scope) a request acts for; `undefined` answers 401. */
+export type ScopeResolver<Req> = (request: Req) => string | undefined | Promise<string | undefined>
+
+/** Options every adapter takes. `Req` is the framework's request type. */
+export interface AdapterOptions<Req, Tx = unknown> {
+  /** The engine: `createEngine({ store })`. (Default: none, required) */
+  engine: Engine<Tx>
+  /**
+   * Whose key a request uses: the authenticated user or account id. Keys are stored per scope, so
+   * one user can never replay another's response. Pass `'global'` explicitly to share one scope
+   * among every caller (a single-tenant service). (Default: none, required)
+   */
+  scope: ScopeResolver<Req> | 'global'
+  /** Methods that need an `Idempotency-Key`. (Default: `['POST', 'PATCH']`) */
+  methods?: readonly string[]
+  /**
+   * Which routes need a key, given the method and the route pattern (the request path where the
+   * framework has not matched a route yet). (Default: every route with a guarded method)
+   */
+  routes?: (method: string, path: string) => boolean
+  /** Query parameters that change the meaning of a request and enter its fingerprint. (Default: `[]`) */
+  query?: readonly string[]
+  /** A response body larger than this is sent but not stored: the key is released or suspended. (Default: 1048576) */
+  maxStoredBodyBytes?: number
+  /** Where the adapter writes a line when it cannot store a response. (Default: `console.warn`) */
+  log?: (line: string) => void
+  /** Called once per guarded request with its outcome, for metrics. (Default: none) */
+  onOutcome?: (event: OutcomeEvent) => void
+}
+
+export interface ResolvedAdapterOptions<Req, Tx = unknown> {
+  readonly engine: Engine<Tx>
+  readonly scope: (request: Req) => Promise<string | undefined>
+  readonly methods: ReadonlySet<string>
+  readonly routes: ((method: string, path: string) => boolean) | undefined
+  readonly query: readonly string[]
+  readonly maxStoredBodyBytes: number
+  readonly log: (line: string) => void
+  readonly onOutcome: ((event: OutcomeEvent) => void) | undefined
+}
+
+export const DEFAULT_GUARDED_METHODS: readonly string[] = Object.freeze(['POST', 'PATCH'])
+export const DEFAULT_MAX_STORED_BODY_BYTES = 1_048_576
+
+/** Resolves, validates and freezes adapter options once, at start-up (style rule 4). */
+export function resolveAdapterOptions<Req, Tx>(options: AdapterOptions<Req, Tx>): ResolvedAdapterOptions<Req, Tx> {
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
+  const { engine, scope } = options
+  if (typeof engine !== 'object' || engine === null || typeof engine.begin !== 'function') {
+    throw invalid('engine', 'must be an engine from createEngine({ store })', engine)
+  }
+  if (typeof scope !== 'function' && scope !== 'global') {
+    throw invalid('scope', "is required: a function giving the user of a request, or 'global' to share one scope among all callers", scope)
+  }
+  const methods = stringList('methods', options.methods ?? DEFAULT_GUARDED_METHODS).map((m) => m.toUpperCase())
+  const query = stringList('query', options.query ?? [])
+  const maxStoredBodyBytes = positiveInteger('maxStoredBodyBytes', options.maxStoredBodyBytes ?? DEFAULT_MAX_STORED_BODY_BYTES)
+  const routes = optionalFunction('routes', options.routes)
+  const onOutcome = optionalFunction('onOutcome', options.onOutcome)
+  const log = optionalFunction('log', options.log) ?? ((line: string) => console.warn(line))
+  return Object.freeze({
+    engine,
+    scope: scope === 'global' ? async () => 'global' : async (request: Req) => scope(request),
+    methods: new Set(methods),
+    routes,
+    query: Object.freeze(query),
+    maxStoredBodyBytes,
+    log,
+    onOutcome,
+  })
+}
+
+function stringList(name: string, value: unknown): string[] {
+  if (!Array.isArray(value) || !value.every((item) => typeof item === 'string' && item.length > 0)) {
+    throw invalid(name, 'must be an array of non-empty strings', value)
+  }
+  return [...(value as string[])]
+}
+
+function optionalFunction<F>(name: string, value: F | undefined): F | undefined {
+  if (value !== undefined && typeof value !== 'function') throw invalid(name, 'must be a function', value)
+  return value
+}

@@ -1,0 +1,345 @@
+import { randomUUID } from 'node:crypto'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { OutcomeEvent } from '../../src/adapters/http.js'
+import { createEngine, type Engine } from '../../src/engine/engine.js'
+import { isOncelyError } from '../../src/errors.js'
+import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { deferred } from '../helpers/deferred.js'
+import type { AdapterHarness, AppUnderTest, HandlerInput, HandlerOutput, TestOptions, TestRequest, TestRoute } from './harness.js'
+
+const JSON_TYPE = 'application/json; charset=utf-8'
+const user = (id: number) => ({ authorization: `Bearer demo_${id}` })
+const scopeFromBearer = (authorization: string | undefined) => /^Bearer demo_([1-9]\d*)$/.exec(authorization ?? '')?.[1]
+
+/** A JSON body as a handler writes it: its key order is not the one a jsonb column would keep. */
+const json = (status: number, body: object, headers: Record<string, string> = {}): HandlerOutput => ({
+  status,
+  headers: { 'content-type': JSON_TYPE, ...headers },
+  body: JSON.stringify(body),
+})
+
+/** A route whose handler counts its calls. */
+function counted(method: TestRoute['method'], path: string, handler: (input: HandlerInput, call: number) => Promise<HandlerOutput>) {
+  const route = { method, path, calls: 0, handler: async (input: HandlerInput) => handler(input, ++route.calls) }
+  return route
+}
+
+/** The conformance table every adapter passes: the same routes, requests and answers. */
+export function conformanceSuite(harness: AdapterHarness): void {
+  describe(`${harness.name} adapter conformance`, () => {
+    let db: TestDatabase
+    let engine: Engine<Queryable>
+    let table: string
+    beforeAll(async () => {
+      db = await createTestDatabase()
+      engine = createEngine({ store: createPostgresStore({ pool: db.pool, schema: db.schema }), staleAfterMs: 30_000 })
+      table = `"${db.schema.replaceAll('"', '""')}".idempotency_key`
+      await db.pool.query('CREATE TABLE adapter_charges (id text PRIMARY KEY)')
+    })
+    afterAll(async () => {
+      await db.close()
+    })
+
+    async function withApp(options: Partial<TestOptions>, routes: TestRoute[], test: (app: AppUnderTest) => Promise<void>): Promise<void> {
+      const app = await harness.start({ engine, scope: scopeFromBearer, log: () => {}, ...options }, routes)
+      try {
+        await test(app)
+      } finally {
+        await app.close()
+      }
+    }
+    const post = (path: string, key: string | undefined, body: object | string, headers: Record<string, string> = user(1)): TestRequest => ({
+      method: 'POST',
+      path,
+      body,
+      headers: { ...headers, ...(key === undefined ? {} : { 'idempotency-key': key }) },
+    })
+    const rowCount = async (scope: string) =>
+      (await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table} WHERE user_id = $1`, [scope])).rows[0]?.n
+    const problemOf = (response: { headers: Headers; body: Buffer }) => {
+      expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/)
+      return JSON.parse(response.body.toString('utf8')) as { type: string; title: string; status: number; detail: string }
+    }
+
+    it('executes a first request once, then replays status, headers and body bytes verbatim', async () => {
+      const events: OutcomeEvent[] = []
+      const charges = counted('POST', '/v1/orders/:order/charges', async ({ params }, call) =>
+        json(201, { zeta: 'last', id: `ch_${call}`, alpha: { b: 1, a: [3, 1] }, order: params.order }, { 'x-charge-id': `ch_${call}`, location: `/v1/charges/ch_${call}` }),
+      )
+      await withApp({ onOutcome: (event) => events.push(event) }, [charges], async (app) => {
+        const key = randomUUID()
+        const first = await app.request(post('/v1/orders/o1/charges', key, { amount: 1000, currency: 'usd' }))
+        expect(first.status).toBe(201)
+        expect(first.headers.get('idempotent-replayed')).toBeNull()
+        const again = await app.request(post('/v1/orders/o1/charges', key, { amount: 1000, currency: 'usd' }))
+        expect(again.status).toBe(201)
+        expect(again.body.equals(first.body)).toBe(true)
+        expect(again.body.toString()).toBe('{"zeta":"last","id":"ch_1","alpha":{"b":1,"a":[3,1]},"order":"o1"}')
+        expect(again.headers.get('content-type')).toBe(first.headers.get('content-type'))
+        expect(again.headers.get('x-charge-id')).toBe('ch_1')
+        expect(again.headers.get('location')).toBe('/v1/charges/ch_1')
+        expect(again.headers.get('idempotent-replayed')).toBe('true')
+        expect(charges.calls).toBe(1)
+        expect(events.map((event) => [event.outcome, event.status])).toEqual([['created', 201], ['replayed', 201]])
+      })
+    })
+
+    it('replays a non-JSON body byte for byte with its content type', async () => {
+      const bytes = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x00, 0xff, 0xfe, 0x0d, 0x0a])
+      const image = counted('POST', '/v1/images', async () => ({ status: 200, headers: { 'content-type': 'image/png' }, body: bytes }))
+      await withApp({}, [image], async (app) => {
+        const key = randomUUID()
+        const first = await app.request(post('/v1/images', key, { size: 1 }))
+        const again = await app.request(post('/v1/images', key, { size: 1 }))
+        expect([first.status, again.status]).toEqual([200, 200])
+        expect(Buffer.from(bytes).equals(first.body) && Buffer.from(bytes).equals(again.body)).toBe(true)
+        expect(again.headers.get('content-type')).toBe('image/png')
+        expect(again.headers.get('idempotent-replayed')).toBe('true')
+        expect(image.calls).toBe(1)
+      })
+    })
+
+    it('answers 409 with Retry-After while the first request is held, then replays it', async () => {
+      const started = deferred()
+      const release = deferred()
+      const slow = counted('POST', '/v1/charges', async () => {
+        started.resolve()
+        await release.promise
+        return json(201, { id: 'ch_slow' })
+      })
+      await withApp({}, [slow], async (app) => {
+        const key = randomUUID()
+        const first = app.request(post('/v1/charges', key, { amount: 1 }))
+        await started.promise
+        const second = await app.request(post('/v1/charges', key, { amount: 1 }))
+        expect(second.status).toBe(409)
+        expect(second.headers.get('retry-after')).toMatch(/^\d+$/)
+        expect(problemOf(second)).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-key-in-use', status: 409 })
+        release.resolve()
+        expect((await first).status).toBe(201)
+        const third = await app.request(post('/v1/charges', key, { amount: 1 }))
+        expect([third.status, third.headers.get('idempotent-replayed')]).toEqual([201, 'true'])
+        expect(slow.calls).toBe(1)
+      })
+    })
+
+    it('answers 422 to the same key with a different payload, and a replay to the same payload written differently', async () => {
+      const charges = counted('POST', '/v1/charges', async (_input, call) => json(201, { id: `ch_${call}` }))
+      await withApp({}, [charges], async (app) => {
+        const key = randomUUID()
+        expect((await app.request(post('/v1/charges', key, '{"amount":1000,"currency":"usd","meta":{"a":1,"b":2}}'))).status).toBe(201)
+        const reordered = await app.request(post('/v1/charges', key, ' { "meta" : {"b":2, "a":1.0},\n "currency":"usd", "amount": 1000 } '))
+        expect([reordered.status, reordered.headers.get('idempotent-replayed')]).toEqual([201, 'true'])
+        const different = await app.request(post('/v1/charges', key, { amount: 2000, currency: 'usd', meta: { a: 1, b: 2 } }))
+        expect(different.status).toBe(422)
+        expect(problemOf(different)).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-key-reused', status: 422 })
+        expect(charges.calls).toBe(1)
+      })
+    })
+
+    it('answers 400 to a missing or malformed key, stores nothing and never calls the handler', async () => {
+      const charges = counted('POST', '/v1/charges', async () => json(201, { ok: true }))
+      await withApp({}, [charges], async (app) => {
+        const missing = await app.request(post('/v1/charges', undefined, { amount: 1 }, user(7)))
+        expect(missing.status).toBe(400)
+        expect(problemOf(missing)).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-key-missing', status: 400 })
+        const tooLong = await app.request(post('/v1/charges', 'k'.repeat(256), { amount: 1 }, user(7)))
+        expect(tooLong.status).toBe(400)
+        expect(problemOf(tooLong)).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-key-invalid', status: 400 })
+        const badQuoting = await app.request(post('/v1/charges', '"a"b"', { amount: 1 }, user(7)))
+        expect(problemOf(badQuoting)).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-key-invalid', status: 400 })
+        expect(charges.calls).toBe(0)
+        expect(await rowCount('7')).toBe(0)
+        const quotedKey = randomUUID()
+        expect((await app.request(post('/v1/charges', `"${quotedKey}"`, { amount: 1 }, user(7)))).status).toBe(201)
+        const unquoted = await app.request(post('/v1/charges', quotedKey, { amount: 1 }, user(7)))
+        expect(unquoted.headers.get('idempotent-replayed')).toBe('true')
+      })
+    })
+
+    it('scopes keys per user: the same key from two users is two operations', async () => {
+      const charges = counted('POST', '/v1/charges', async (_input, call) => json(201, { id: `ch_${call}` }))
+      await withApp({}, [charges], async (app) => {
+        const key = randomUUID()
+        const a = await app.request(post('/v1/charges', key, { amount: 1 }, user(11)))
+        const b = await app.request(post('/v1/charges', key, { amount: 1 }, user(12)))
+        expect([a.body.toString(), b.body.toString()]).toEqual(['{"id":"ch_1"}', '{"id":"ch_2"}'])
+        const replayA = await app.request(post('/v1/charges', key, { amount: 1 }, user(11)))
+        const replayB = await app.request(post('/v1/charges', key, { amount: 1 }, user(12)))
+        expect([replayA.body.toString(), replayB.body.toString()]).toEqual(['{"id":"ch_1"}', '{"id":"ch_2"}'])
+        expect(charges.calls).toBe(2)
+      })
+    })
+
+    it('answers 401 when the scope resolves to undefined', async () => {
+      const charges = counted('POST', '/v1/charges', async () => json(201, {}))
+      await withApp({}, [charges], async (app) => {
+        const response = await app.request(post('/v1/charges', randomUUID(), { amount: 1 }, { authorization: 'Bearer nobody' }))
+        expect(response.status).toBe(401)
+        expect(problemOf(response)).toMatchObject({ type: 'https://oncely.dev/problems/unauthenticated', status: 401 })
+        expect(charges.calls).toBe(0)
+      })
+    })
+
+    it('refuses to start without a scope, unless scope is global', async () => {
+      const charges = counted('POST', '/v1/charges', async () => json(201, {}))
+      const error: unknown = await harness.start({ engine }, [charges]).then(
+        async (app) => app.close(),
+        (e: unknown) => e,
+      )
+      expect(isOncelyError(error, 'ONCELY_INVALID_OPTION')).toBe(true)
+      expect((error as Error).message).toMatch(/scope/)
+      await withApp({ scope: 'global' }, [charges], async (app) => {
+        const key = randomUUID()
+        expect((await app.request(post('/v1/charges', key, {}, {}))).status).toBe(201)
+        expect((await app.request(post('/v1/charges', key, {}, {}))).headers.get('idempotent-replayed')).toBe('true')
+        expect(await rowCount('global')).toBe(1)
+      })
+    })
+
+    it('answers a response above maxStoredBodyBytes without storing it, logs it, and runs a retry again', async () => {
+      const lines: string[] = []
+      const big = counted('POST', '/v1/exports', async () => ({ status: 200, headers: { 'content-type': 'text/plain' }, body: 'x'.repeat(2 * 1024 * 1024) }))
+      await withApp({ log: (line) => lines.push(line) }, [big], async (app) => {
+        const key = randomUUID()
+        const first = await app.request(post('/v1/exports', key, {}))
+        expect([first.status, first.body.length]).toEqual([200, 2 * 1024 * 1024])
+        const again = await app.request(post('/v1/exports', key, {}))
+        expect([again.status, again.headers.get('idempotent-replayed')]).toEqual([200, null])
+        expect(big.calls).toBe(2)
+        expect(lines.some((line) => line.includes('maxStoredBodyBytes'))).toBe(true)
+      })
+    })
+
+    it('releases the key on a 4xx before any step: the same key with a corrected body succeeds', async () => {
+      const charges = counted('POST', '/v1/charges', async ({ body }) =>
+        (body as { amount: number }).amount > 0 ? json(201, { ok: true }) : json(400, { error: 'amount must be positive' }),
+      )
+      await withApp({}, [charges], async (app) => {
+        const key = randomUUID()
+        expect((await app.request(post('/v1/charges', key, { amount: 0 }))).status).toBe(400)
+        const corrected = await app.request(post('/v1/charges', key, { amount: 5 }))
+        expect([corrected.status, corrected.headers.get('idempotent-replayed')]).toEqual([201, null])
+      })
+    })
+
+    it('suspends on a 5xx after a step: the retry resumes with the same step key and skips committed steps', async () => {
+      const authorizations: string[] = []
+      const captures: string[] = []
+      const charges = counted('POST', '/v1/charges', async ({ idempotency }) => {
+        const execution = idempotency!.execution
+        await execution.step('authorize', ({ idempotencyKey }) => void authorizations.push(idempotencyKey))
+        try {
+          await execution.step('capture', ({ idempotencyKey }) => {
+            captures.push(idempotencyKey)
+            if (captures.length === 1) throw new Error('provider unavailable')
+            return { captured: true }
+          })
+        } catch {
+          return json(503, { error: 'provider unavailable' }, { 'retry-after': '1' })
+        }
+        return json(201, { captured: true })
+      })
+      await withApp({}, [charges], async (app) => {
+        const key = randomUUID()
+        expect((await app.request(post('/v1/charges', key, { amount: 1 }))).status).toBe(503)
+        expect((await app.request(post('/v1/charges', key, { amount: 1 }))).status).toBe(201)
+        expect(authorizations).toHaveLength(1)
+        expect(captures).toHaveLength(2)
+        expect(captures[1]).toBe(captures[0])
+        expect((await app.request(post('/v1/charges', key, { amount: 1 }))).headers.get('idempotent-replayed')).toBe('true')
+      })
+    })
+
+    it('stores a 4xx after a step and replays it (a declined card)', async () => {
+      const charges = counted('POST', '/v1/charges', async ({ idempotency }) => {
+        await idempotency!.execution.step('charge', () => ({ declined: true }))
+        return json(402, { error: 'card_declined' })
+      })
+      await withApp({}, [charges], async (app) => {
+        const key = randomUUID()
+        const first = await app.request(post('/v1/charges', key, { amount: 1 }))
+        const again = await app.request(post('/v1/charges', key, { amount: 1 }))
+        expect([first.status, again.status, again.headers.get('idempotent-replayed')]).toEqual([402, 402, 'true'])
+        expect(again.body.equals(first.body)).toBe(true)
+        expect(charges.calls).toBe(1)
+      })
+    })
+
+    it('commits writeOnCompletion rows with the completion', async () => {
+      const id = `ch_${randomUUID()}`
+      const charges = counted('POST', '/v1/charges', async ({ idempotency }) => {
+        idempotency!.writeOnCompletion(async (tx) => {
+          await tx.query({ text: 'INSERT INTO adapter_charges (id) VALUES ($1)', values: [id] })
+        })
+        return json(201, { id })
+      })
+      await withApp({}, [charges], async (app) => {
+        expect((await app.request(post('/v1/charges', randomUUID(), { amount: 1 }))).status).toBe(201)
+        expect((await db.pool.query('SELECT 1 FROM adapter_charges WHERE id = $1', [id])).rowCount).toBe(1)
+      })
+    })
+
+    it('rolls writeOnCompletion rows back and answers 409 when the completion lost its fence', async () => {
+      const id = `ch_${randomUUID()}`
+      const started = deferred()
+      const release = deferred()
+      const charges = counted('POST', '/v1/charges', async ({ idempotency }) => {
+        idempotency!.writeOnCompletion(async (tx) => {
+          await tx.query({ text: 'INSERT INTO adapter_charges (id) VALUES ($1)', values: [id] })
+        })
+        started.resolve()
+        await release.promise
+        return json(201, { id })
+      })
+      await withApp({}, [charges], async (app) => {
+        const key = randomUUID()
+        const pending = app.request(post('/v1/charges', key, { amount: 1 }))
+        await started.promise
+        // Another worker took the claim over: the fence token changed under this one.
+        await db.pool.query(`UPDATE ${table} SET lock_token = gen_random_uuid() WHERE user_id = '1' AND key = $1`, [key])
+        release.resolve()
+        const response = await pending
+        expect(response.status).toBe(409)
+        expect(problemOf(response).type).toBe('https://oncely.dev/problems/idempotency-key-in-use')
+        expect((await db.pool.query('SELECT 1 FROM adapter_charges WHERE id = $1', [id])).rowCount).toBe(0)
+      })
+    })
+
+    it('refuses a streamed response with a 500 problem and releases the key', async () => {
+      const lines: string[] = []
+      const streaming = counted('POST', '/v1/stream', async () => ({ status: 200, headers: { 'content-type': 'text/plain' }, stream: ['a', 'b'] }))
+      await withApp({ log: (line) => lines.push(line) }, [streaming], async (app) => {
+        const key = randomUUID()
+        const response = await app.request(post('/v1/stream', key, {}))
+        expect(response.status).toBe(500)
+        expect(problemOf(response).type).toBe('https://oncely.dev/problems/response-not-replayable')
+        expect(lines.some((line) => line.includes('ONCELY_RESPONSE_NOT_REPLAYABLE'))).toBe(true)
+        expect((await app.request(post('/v1/stream', key, {}))).status).toBe(500)
+        expect(streaming.calls).toBe(2)
+      })
+    })
+
+    it('releases the key when the handler throws before a step', async () => {
+      const flaky = counted('POST', '/v1/charges', async (_input, call) => {
+        if (call === 1) throw new Error('boom')
+        return json(201, { ok: true })
+      })
+      await withApp({}, [flaky], async (app) => {
+        const key = randomUUID()
+        expect((await app.request(post('/v1/charges', key, { amount: 1 }))).status).toBe(500)
+        expect((await app.request(post('/v1/charges', key, { amount: 1 }))).status).toBe(201)
+        expect(flaky.calls).toBe(2)
+      })
+    })
+
+    it('lets unguarded methods through without a key', async () => {
+      const read = counted('GET', '/v1/charges/:id', async ({ params, idempotency }) => json(200, { id: params.id, guarded: idempotency !== undefined }))
+      await withApp({}, [read], async (app) => {
+        const response = await app.request({ method: 'GET', path: '/v1/charges/ch_1', headers: user(1) })
+        expect([response.status, response.body.toString()]).toEqual([200, '{"id":"ch_1","guarded":false}'])
+      })
+    })
+  })
+}

@@ -1,0 +1,4 @@
+import { conformanceSuite } from './conformance.js'
+import { expressHarness } from './harnesses/express.js'
+
+conformanceSuite(expressHarness)

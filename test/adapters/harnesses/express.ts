@@ -1,0 +1,39 @@
+import type { AddressInfo } from 'node:net'
+import express from 'express'
+import { idempotency, type IdempotencyContext } from '../../../src/adapters/express.js'
+import type { Queryable } from '../../../src/store/postgres/index.js'
+import { fetchFrom, frameworkOptions, type AdapterHarness } from '../harness.js'
+
+export const expressHarness: AdapterHarness = {
+  name: 'express',
+  async start(options, routes) {
+    const once = idempotency(frameworkOptions<express.Request>(options, (req) => req.headers.authorization))
+    const app = express()
+    for (const route of routes) {
+      const method = route.method.toLowerCase() as 'get' | 'post' | 'patch'
+      app[method](route.path, express.json(), express.raw({ type: () => true }), once, async (req, res) => {
+        const output = await route.handler({
+          body: req.body as unknown,
+          params: req.params as Record<string, string>,
+          idempotency: req.idempotency as IdempotencyContext<Queryable> | undefined,
+        })
+        res.status(output.status).set(output.headers ?? {})
+        if ('stream' in output) {
+          for (const chunk of output.stream) res.write(chunk)
+          res.end()
+        } else if (output.body === undefined) res.end()
+        else res.send(typeof output.body === 'string' ? output.body : Buffer.from(output.body))
+      })
+    }
+    const server = app.listen(0, '127.0.0.1')
+    await new Promise<void>((resolve) => server.once('listening', () => resolve()))
+    const { port } = server.address() as AddressInfo
+    return {
+      request: (request) => fetchFrom(port, request),
+      async close() {
+        server.closeAllConnections()
+        await new Promise<void>((resolve, reject) => server.close((error) => (error ? reject(error) : resolve())))
+      },
+    }
+  },
+}

@@ -1,0 +1,54 @@
+import { Readable } from 'node:stream'
+import Fastify, { type FastifyRequest } from 'fastify'
+import { oncelyFastify, type IdempotencyContext } from '../../../src/adapters/fastify.js'
+import type { Queryable } from '../../../src/store/postgres/index.js'
+import { frameworkOptions, requestBody, requestHeaders, type AdapterHarness } from '../harness.js'
+
+export const fastifyHarness: AdapterHarness = {
+  name: 'fastify',
+  async start(options, routes) {
+    const app = Fastify({ bodyLimit: 4 * 1024 * 1024 })
+    app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
+    await app.register(oncelyFastify, frameworkOptions<FastifyRequest>(options, (request) => request.headers.authorization))
+    for (const route of routes) {
+      app.route({
+        method: route.method,
+        url: route.path,
+        handler: async (request, reply) => {
+          const output = await route.handler({
+            body: request.body,
+            params: request.params as Record<string, string>,
+            idempotency: request.idempotency as IdempotencyContext<Queryable> | null ?? undefined,
+          })
+          reply.code(output.status).headers(output.headers ?? {})
+          if ('stream' in output) return reply.send(Readable.from(output.stream))
+          return reply.send(output.body === undefined ? undefined : typeof output.body === 'string' ? output.body : Buffer.from(output.body))
+        },
+      })
+    }
+    try {
+      await app.ready()
+    } catch (error) {
+      await app.close()
+      throw error
+    }
+    return {
+      async request(request) {
+        const body = requestBody(request)
+        const response = await app.inject({
+          method: request.method as 'POST',
+          url: request.path,
+          headers: requestHeaders(request),
+          ...(body === undefined ? {} : { payload: body }),
+        })
+        const headers = new Headers()
+        for (const [name, value] of Object.entries(response.headers)) {
+          if (value === undefined) continue
+          for (const item of Array.isArray(value) ? value : [value]) headers.append(name, String(item))
+        }
+        return { status: response.statusCode, headers, body: response.rawPayload }
+      },
+      close: () => app.close(),
+    }
+  },
+}

@@ -1,0 +1,49 @@
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { withIdempotency } from '../../../src/adapters/node.js'
+import type { Queryable } from '../../../src/store/postgres/index.js'
+import { fetchFrom, frameworkOptions, matchPath, type AdapterHarness, type TestRoute } from '../harness.js'
+
+export const nodeHarness: AdapterHarness = {
+  name: 'node:http',
+  async start(options, routes) {
+    const find = (method: string | undefined, url: string | undefined) => {
+      const path = new URL(url ?? '/', 'http://localhost').pathname
+      for (const route of routes) {
+        const params = route.method === method ? matchPath(route.path, path) : undefined
+        if (params) return { route, params }
+      }
+      return undefined
+    }
+    const listener = withIdempotency<Queryable>(
+      {
+        ...frameworkOptions<import('node:http').IncomingMessage>(options, (req) => req.headers.authorization),
+        route: (req) => {
+          const found = find(req.method, req.url)
+          return found ? { pattern: found.route.path, params: found.params } : { pattern: new URL(req.url ?? '/', 'http://localhost').pathname }
+        },
+      },
+      async (req, res, { body, idempotency }) => {
+        const found = find(req.method, req.url)
+        if (!found) return void res.writeHead(404).end()
+        const route: TestRoute = found.route
+        const output = await route.handler({ body, params: found.params, idempotency })
+        res.writeHead(output.status, output.headers ?? {})
+        if ('stream' in output) {
+          for (const chunk of output.stream) res.write(chunk)
+          res.end()
+        } else res.end(output.body)
+      },
+    )
+    const server = createServer(listener)
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const { port } = server.address() as AddressInfo
+    return {
+      request: (request) => fetchFrom(port, request),
+      async close() {
+        server.closeAllConnections()
+        await new Promise<void>((resolve, reject) => server.close((error) => (error ? reject(error) : resolve())))
+      },
+    }
+  },
+}
