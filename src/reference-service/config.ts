@@ -1,0 +1,121 @@
+import { DEFAULT_STALE_AFTER_MS, DEFAULT_TTL_MS } from '../index.js'
+
+/** The three ways the service can guard `POST /v1/charges`; only the first is oncely. */
+export const STRATEGIES = ['atomic-phases', 'select-for-update', 'claim-in-transaction'] as const
+export type StrategyName = (typeof STRATEGIES)[number]
+
+/** Everything the reference service reads from its environment and flags, resolved once. */
+export interface ServiceConfig {
+  /** Interface the API listens on. (Default: 127.0.0.1) */
+  host: string
+  /** Port of the API; 0 picks a free one. (Default: 3000) */
+  port: number
+  /** PostgreSQL to use; undefined starts the embedded one under `dataDir`. (Default: embedded) */
+  databaseUrl: string | undefined
+  /** Data folder of the embedded PostgreSQL. (Default: ./.oncely/pg) */
+  dataDir: string
+  /** Schema of oncely's tables. (Default: oncely) */
+  schema: string
+  /** Where the fake provider listens; undefined starts it as a child on `providerPort`. (Default: a child) */
+  providerUrl: string | undefined
+  /** Port of the child provider; 0 picks a free one. (Default: 3001) */
+  providerPort: number
+  /** The child provider's delay per charge. (Default: 0) */
+  providerLatencyMs: number
+  /** An in_progress claim older than this may be taken over. (Default: 90000) */
+  staleAfterMs: number
+  /** How long a key is remembered. (Default: 86400000) */
+  ttlMs: number
+  /** Which design guards the charges route. (Default: atomic-phases) */
+  strategy: StrategyName
+  /** Honour `X-Chaos-Crash`. (Default: false) */
+  chaos: boolean
+  /** Apply the migrations at start. (Default: true) */
+  migrate: boolean
+}
+
+/** A bad setting: the service refuses to start and names it. */
+export class ConfigError extends Error {
+  override name = 'ConfigError'
+}
+
+type Settings = Readonly<Record<string, string | undefined>>
+
+/** The environment variable behind each setting; flags of `oncely serve` use the same names in kebab case. */
+export const ENV = {
+  host: 'HOST',
+  port: 'PORT',
+  databaseUrl: 'DATABASE_URL',
+  dataDir: 'ONCELY_DATA_DIR',
+  schema: 'ONCELY_SCHEMA',
+  providerUrl: 'PROVIDER_URL',
+  providerPort: 'PROVIDER_PORT',
+  providerLatencyMs: 'PROVIDER_LATENCY_MS',
+  staleAfterMs: 'IDEMPOTENCY_STALE_AFTER_MS',
+  ttlMs: 'IDEMPOTENCY_TTL_MS',
+  strategy: 'IDEMPOTENCY_STRATEGY',
+  chaos: 'CHAOS',
+} as const
+
+/**
+ * Reads the settings from `env` (an empty string counts as unset everywhere: CI sets
+ * `DATABASE_URL=` for the embedded run), validates and freezes them.
+ */
+export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceConfig> = {}): Readonly<ServiceConfig> {
+  const read = (name: string): string | undefined => {
+    const value = env[name]?.trim()
+    return value === undefined || value === '' ? undefined : value
+  }
+  const strategy = read(ENV.strategy) ?? 'atomic-phases'
+  if (!(STRATEGIES as readonly string[]).includes(strategy)) {
+    throw new ConfigError(`${ENV.strategy} must be one of ${STRATEGIES.join(', ')}; got ${JSON.stringify(strategy)}`)
+  }
+  const config: ServiceConfig = {
+    host: read(ENV.host) ?? '127.0.0.1',
+    port: integer(ENV.port, read(ENV.port), 3000, { min: 0, max: 65535 }),
+    databaseUrl: read(ENV.databaseUrl),
+    dataDir: read(ENV.dataDir) ?? '.oncely/pg',
+    schema: read(ENV.schema) ?? 'oncely',
+    providerUrl: read(ENV.providerUrl),
+    providerPort: integer(ENV.providerPort, read(ENV.providerPort), 3001, { min: 0, max: 65535 }),
+    providerLatencyMs: integer(ENV.providerLatencyMs, read(ENV.providerLatencyMs), 0, { min: 0 }),
+    staleAfterMs: integer(ENV.staleAfterMs, read(ENV.staleAfterMs), DEFAULT_STALE_AFTER_MS, { min: 1 }),
+    ttlMs: integer(ENV.ttlMs, read(ENV.ttlMs), DEFAULT_TTL_MS, { min: 1 }),
+    strategy: strategy as StrategyName,
+    chaos: flag(ENV.chaos, read(ENV.chaos)),
+    migrate: true,
+    ...dropUndefined(overrides),
+  }
+  if (config.providerUrl !== undefined) checkUrl(ENV.providerUrl, config.providerUrl)
+  return Object.freeze(config)
+}
+
+export function integer(name: string, raw: string | undefined, fallback: number, range: { min: number; max?: number }): number {
+  if (raw === undefined) return fallback
+  const value = /^\d+$/.test(raw) ? Number(raw) : Number.NaN
+  if (!Number.isSafeInteger(value) || value < range.min || (range.max !== undefined && value > range.max)) {
+    const bound = range.max === undefined ? `at least ${range.min}` : `from ${range.min} to ${range.max}`
+    throw new ConfigError(`${name} must be an integer ${bound}; got ${JSON.stringify(raw)}`)
+  }
+  return value
+}
+
+function flag(name: string, raw: string | undefined): boolean {
+  if (raw === undefined) return false
+  if (['1', 'true', 'yes', 'on'].includes(raw.toLowerCase())) return true
+  if (['0', 'false', 'no', 'off'].includes(raw.toLowerCase())) return false
+  throw new ConfigError(`${name} must be 1 or 0; got ${JSON.stringify(raw)}`)
+}
+
+function checkUrl(name: string, raw: string): void {
+  try {
+    const url = new URL(raw)
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('not http')
+  } catch {
+    throw new ConfigError(`${name} must be an http(s) URL; got ${JSON.stringify(raw)}`)
+  }
+}
+
+function dropUndefined<T extends object>(value: T): Partial<T> {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>
+}

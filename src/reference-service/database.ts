@@ -1,0 +1,135 @@
+import { chmod, mkdir, readFile, stat } from 'node:fs/promises'
+import { userInfo } from 'node:os'
+import path from 'node:path'
+import { startEmbeddedPostgres } from '../cli/embedded-postgres.js'
+
+/** The database the service runs on, and how to let it go. */
+export interface ServiceDatabase {
+  readonly url: string
+  /** What it is, for the start-up lines. */
+  readonly description: string
+  stop(): Promise<void>
+}
+
+/**
+ * `DATABASE_URL` when set; otherwise the embedded PostgreSQL under `dataDir`, started, or, when a
+ * previous run was killed and left its server running (SIGKILL reaps no children), adopted, so a
+ * restart after a crash finds its data where it left it.
+ */
+export async function openDatabase(options: { databaseUrl: string | undefined; dataDir: string; log: (line: string) => void }): Promise<ServiceDatabase> {
+  if (options.databaseUrl !== undefined) {
+    return { url: options.databaseUrl, description: 'PostgreSQL at DATABASE_URL', stop: async () => {} }
+  }
+  const dataDir = path.resolve(options.dataDir)
+  const orphan = await runningServer(dataDir)
+  if (orphan) {
+    options.log(`reusing the embedded PostgreSQL left running in ${dataDir} (pid ${orphan.pid})`)
+    return { url: embeddedUrl(orphan.port), description: `embedded PostgreSQL in ${dataDir}`, stop: () => stopPid(orphan.pid) }
+  }
+  if (userInfo().uid === 0) await makeReachable(dataDir, options.log)
+  const lines: string[] = []
+  const signalListeners = snapshotSignalListeners()
+  let embedded
+  try {
+    embedded = await startEmbeddedPostgres({ dataDir, onLog: (line) => lines.push(line) })
+  } catch (cause) {
+    throw new Error(`the embedded PostgreSQL in ${dataDir} did not start:\n${lines.slice(-20).join('')}`, { cause })
+  } finally {
+    signalListeners.restore()
+  }
+  const pid = (await runningServer(dataDir))?.pid
+  return {
+    url: embedded.url,
+    description: `embedded PostgreSQL in ${dataDir}`,
+    // If a Ctrl-C in the terminal already reached PostgreSQL, the package's stop() never hears
+    // the exit it waits for; the server's own pid settles it either way.
+    stop: async () => {
+      await Promise.race([embedded.stop(), pid === undefined ? new Promise(() => {}) : waitForExit(pid)])
+    },
+  }
+}
+
+/** The embedded server's URL; the password is the one `startEmbeddedPostgres` sets at initdb. */
+function embeddedUrl(port: number): string {
+  return `postgres://postgres:oncely@127.0.0.1:${port}/postgres`
+}
+
+/** Reads `postmaster.pid`: the server's pid (line 1) and port (line 4), if that process is alive. */
+async function runningServer(dataDir: string): Promise<{ pid: number; port: number } | undefined> {
+  let text: string
+  try {
+    text = await readFile(path.join(dataDir, 'postmaster.pid'), 'utf8')
+  } catch {
+    return undefined
+  }
+  const lines = text.split('\n')
+  const pid = Number(lines[0])
+  const port = Number(lines[3])
+  if (!Number.isSafeInteger(pid) || pid <= 0 || !Number.isSafeInteger(port) || port <= 0) return undefined
+  return isAlive(pid) ? { pid, port } : undefined
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+async function stopPid(pid: number): Promise<void> {
+  try {
+    // SIGINT is PostgreSQL's fast shutdown: clients are disconnected, data is kept.
+    process.kill(pid, 'SIGINT')
+  } catch {
+    return
+  }
+  await waitForExit(pid)
+}
+
+async function waitForExit(pid: number, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  // Polling is the only portable way to wait for a process this one did not start.
+  while (isAlive(pid) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+}
+
+/**
+ * As root, PostgreSQL runs as the `postgres` system user, which must be able to enter every
+ * folder above the data folder. Gives "others" the search bit (enter, not list) on any that
+ * lack it, and says so.
+ */
+async function makeReachable(dataDir: string, log: (line: string) => void): Promise<void> {
+  const parent = path.dirname(dataDir)
+  await mkdir(parent, { recursive: true, mode: 0o755 })
+  await chmod(parent, 0o755)
+  for (let dir = path.dirname(parent); ; dir = path.dirname(dir)) {
+    const { mode } = await stat(dir)
+    if ((mode & 0o001) === 0) {
+      await chmod(dir, (mode & 0o7777) | 0o001)
+      log(`made ${dir} enterable by the postgres system user (o+x), so the embedded PostgreSQL can reach ${dataDir}`)
+    }
+    if (path.dirname(dir) === dir) break
+  }
+}
+
+/**
+ * The `embedded-postgres` package hooks SIGINT, SIGTERM and `exit` to stop its servers and exit
+ * at once (its `exit` hook even throws, calling a callback it was not given). The service shuts
+ * down in its own order (API, provider, then database), so the listeners the package adds are
+ * removed again. After a hard crash the server is left running and the next start adopts it.
+ */
+function snapshotSignalListeners(): { restore(): void } {
+  const events = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'beforeExit', 'exit']
+  const listeners = (event: string) => process.listeners(event as NodeJS.Signals) as Array<(...args: unknown[]) => void>
+  const before = new Map(events.map((event) => [event, new Set(listeners(event))]))
+  return {
+    restore() {
+      for (const event of events) {
+        for (const listener of listeners(event)) {
+          if (!before.get(event)?.has(listener)) process.removeListener(event, listener)
+        }
+      }
+    },
+  }
+}

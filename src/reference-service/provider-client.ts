@@ -1,0 +1,78 @@
+import type { ProviderCharge } from './provider.js'
+
+/** What one charge attempt at the provider came to. Plain JSON: it is stored as a phase result. */
+export type ProviderResult =
+  | { outcome: 'charged'; charge: ProviderCharge }
+  | { outcome: 'declined'; code: string; message: string }
+
+/**
+ * The provider did not answer with a charge or a decline: it failed (503), could not be reached,
+ * timed out, or answered something unexpected. The charge may or may not have happened, so the
+ * caller must retry with the same provider key, never with a new one.
+ */
+export class ProviderUnavailableError extends Error {
+  override name = 'ProviderUnavailableError'
+  /** The status to answer the client with: 503 when the provider said so, else 502. */
+  readonly status: 502 | 503
+
+  constructor(status: 502 | 503, message: string, options?: { cause?: unknown }) {
+    super(message, options)
+    this.status = status
+  }
+}
+
+export interface ChargeRequest {
+  amount: number
+  currency: string
+  customer: string
+  metadata: Record<string, string>
+}
+
+export interface ProviderClient {
+  createCharge(request: ChargeRequest, idempotencyKey: string): Promise<ProviderResult>
+}
+
+export function createProviderClient(baseUrl: string, options: { timeoutMs: number }): ProviderClient {
+  const endpoint = new URL('/v1/charges', baseUrl)
+  return {
+    async createCharge(request, idempotencyKey) {
+      let response: Response
+      let text: string
+      try {
+        response = await fetch(endpoint, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+          body: JSON.stringify(request),
+          signal: AbortSignal.timeout(options.timeoutMs),
+        })
+        text = await response.text()
+      } catch (cause) {
+        throw new ProviderUnavailableError(502, 'the payment provider could not be reached', { cause })
+      }
+      const body = parseJson(text)
+      if (response.status === 200 && isCharge(body)) return { outcome: 'charged', charge: body }
+      if (response.status === 402) {
+        const error = (body as { error?: { code?: unknown; message?: unknown } } | undefined)?.error
+        return {
+          outcome: 'declined',
+          code: typeof error?.code === 'string' ? error.code : 'card_declined',
+          message: typeof error?.message === 'string' ? error.message : 'The card was declined.',
+        }
+      }
+      if (response.status === 503) throw new ProviderUnavailableError(503, 'the payment provider is unavailable')
+      throw new ProviderUnavailableError(502, `the payment provider answered ${response.status}`)
+    },
+  }
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text)
+  } catch {
+    return undefined
+  }
+}
+
+function isCharge(value: unknown): value is ProviderCharge {
+  return typeof value === 'object' && value !== null && typeof (value as { id?: unknown }).id === 'string'
+}

@@ -1,0 +1,43 @@
+import { randomBytes } from 'node:crypto'
+import type { ChargeInput } from './charge-input.js'
+import { problem } from './problem.js'
+import type { ProviderResult } from './provider-client.js'
+import type { ChargeView } from './sql.js'
+
+/** A new charge id: `ch_` and 24 hex characters. */
+export function newChargeId(): string {
+  return `ch_${randomBytes(12).toString('hex')}`
+}
+
+export const CHARGE_ID = /^ch_[0-9a-f]{24}$/
+
+export function chargeFrom(input: ChargeInput, result: Extract<ProviderResult, { outcome: 'charged' }>): ChargeView {
+  return {
+    id: newChargeId(),
+    object: 'charge',
+    amount: input.amount,
+    currency: input.currency,
+    customer: input.customer,
+    status: 'succeeded',
+    provider_charge: result.charge.id,
+    created: result.charge.created,
+  }
+}
+
+/** 402: the card was declined. Stored and replayed like any completed response. */
+export function declined(result: Extract<ProviderResult, { outcome: 'declined' }>): Response {
+  return problem({ type: 'card-declined', title: 'Card declined', status: 402, detail: result.message, code: result.code })
+}
+
+/** 502/503: the provider failed or could not be reached; the key stays retryable. */
+export function providerUnavailable(status: 502 | 503, detail: string): Response {
+  return problem(
+    { type: 'provider-unavailable', title: 'Payment provider unavailable', status, detail: `${detail}; retry with the same Idempotency-Key` },
+    { 'retry-after': '1' },
+  )
+}
+
+/** The provider's metadata for one operation: `order_id` finds it again for reconciliation. */
+export function providerMetadata(userId: string, key: string, claimId: string): Record<string, string> {
+  return { order_id: `ord_${claimId}`, user_id: userId, idempotency_key: key }
+}

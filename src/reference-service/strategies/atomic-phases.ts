@@ -1,0 +1,52 @@
+import type { Handler, MiddlewareHandler } from 'hono'
+import { idempotency } from '../../adapters/hono.js'
+import type { Queryable } from '../../store/postgres/index.js'
+import { userFromAuthorization } from '../auth.js'
+import type { ServiceDeps, ServiceEnv } from '../context.js'
+import { ProviderUnavailableError, type ProviderResult } from '../provider-client.js'
+import { chargeFrom, declined, providerMetadata, providerUnavailable } from '../responses.js'
+import { insertCharge } from '../sql.js'
+
+/**
+ * oncely's design, on the public API only: the adapter claims the key in its own committed
+ * statement; the provider call is a phase with a key derived from the claim; the charge row
+ * commits with the stored response.
+ */
+export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<ServiceEnv> | Handler<ServiceEnv>> {
+  const middleware = idempotency<Queryable>({
+    engine: deps.engine,
+    // The auth middleware already refused anyone else; the user is read the same way here.
+    scope: (c) => userFromAuthorization(c.req.header('authorization')),
+    onOutcome: (event) => deps.metrics.onOutcome(event),
+    log: deps.log,
+  }) as unknown as MiddlewareHandler<ServiceEnv>
+
+  const handler: Handler<ServiceEnv> = async (c) => {
+    const guarded = c.get('idempotency')
+    if (!guarded) throw new Error('the charges route ran without its idempotency guard')
+    const { execution } = guarded
+    const userId = c.get('userId')
+    const input = c.get('charge')
+    const crashPoint = c.get('crashPoint')
+    deps.chaos.crashAt('after-claim', crashPoint)
+    let result: ProviderResult
+    try {
+      result = await execution.step('charge', async ({ idempotencyKey }) => {
+        const answer = await deps.provider.createCharge({ ...input, metadata: providerMetadata(userId, execution.key, execution.claimId) }, idempotencyKey)
+        // Between the provider's answer and the phase's commit: the worst moment to die.
+        deps.chaos.crashAt('after-provider', crashPoint)
+        return answer
+      })
+    } catch (error) {
+      // Answered 5xx after a step began: the adapter suspends the claim, and the retry calls the
+      // provider again with the same key, so it charges at most once.
+      if (error instanceof ProviderUnavailableError) return providerUnavailable(error.status, error.message)
+      throw error
+    }
+    if (result.outcome === 'declined') return declined(result)
+    const charge = chargeFrom(input, result)
+    guarded.writeOnCompletion((tx) => insertCharge(tx, userId, execution.key, charge))
+    return c.json(charge, 201)
+  }
+  return [middleware, handler]
+}
