@@ -11,6 +11,8 @@ type Callback = (error?: Error | null) => void
  */
 export function captureServerResponse<Tx>(res: ServerResponse, guard: GuardedExecution<Tx>): void {
   const original = { write: res.write.bind(res), end: res.end.bind(res), writeHead: res.writeHead.bind(res) }
+  // Headers set before the handler ran (CORS, request ids) survive a replacement answer.
+  const earlier = new Set(res.getHeaderNames())
   let streamed = false
   let ended = false
 
@@ -44,16 +46,16 @@ export function captureServerResponse<Tx>(res: ServerResponse, guard: GuardedExe
       ? { kind: 'streamed', status: res.statusCode }
       : { kind: 'response', status: res.statusCode, headers: Object.entries(res.getHeaders()), body }
     void guard.settle(captured).then((replacement) => {
-      if (replacement) sendAnswer(res, replacement, callback)
+      if (replacement) sendAnswer(res, replacement, (name) => !earlier.has(name), callback)
       else res.end(body, callback)
     })
     return res
   } as ServerResponse['end']
 }
 
-/** Sends an answer on a response whose headers are not yet sent, dropping headers set before. */
-export function sendAnswer(res: ServerResponse, answer: HttpAnswer, callback?: Callback): void {
-  for (const name of res.getHeaderNames()) res.removeHeader(name)
+/** Sends an answer on a response whose headers are not yet sent, first removing the headers `drop` names. */
+export function sendAnswer(res: ServerResponse, answer: HttpAnswer, drop: (name: string) => boolean = () => false, callback?: Callback): void {
+  for (const name of res.getHeaderNames()) if (drop(name)) res.removeHeader(name)
   res.statusCode = answer.status
   const grouped = new Map<string, string[]>()
   for (const [name, value] of answer.headers) grouped.set(name, [...(grouped.get(name) ?? []), value])

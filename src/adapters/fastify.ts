@@ -22,7 +22,7 @@ export type OncelyFastifyOptions<Tx = unknown> = AdapterOptions<FastifyRequest, 
 
 const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options) => {
   const resolved = resolveAdapterOptions(options)
-  const guards = new WeakMap<FastifyRequest, GuardedExecution<unknown>>()
+  const guards = new WeakMap<FastifyRequest, { guard: GuardedExecution<unknown>; earlier: ReadonlySet<string> }>()
   const threw = new WeakMap<FastifyRequest, unknown>()
   fastify.decorateRequest('idempotency', null)
 
@@ -40,7 +40,8 @@ const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options
     })
     if (gate.kind === 'answer') return send(reply, gate.answer)
     request.idempotency = gate.guard.context
-    guards.set(request, gate.guard)
+    // Headers set before the handler ran (CORS, request ids) survive a replacement answer.
+    guards.set(request, { guard: gate.guard, earlier: new Set(Object.keys(reply.getHeaders())) })
   })
 
   fastify.addHook('onError', async (request, _reply, error) => {
@@ -48,28 +49,29 @@ const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options
   })
 
   fastify.addHook('onSend', async (request, reply, payload) => {
-    const guard = guards.get(request)
-    if (!guard) return payload
+    const held = guards.get(request)
+    if (!held) return payload
     guards.delete(request)
+    const { guard, earlier } = held
     if (threw.has(request)) {
       await guard.settle({ kind: 'thrown', error: threw.get(request) })
       return payload
     }
     if (isStream(payload)) {
       destroy(payload)
-      return replace(reply, await guard.settle({ kind: 'streamed', status: reply.statusCode }))
+      return replace(reply, await guard.settle({ kind: 'streamed', status: reply.statusCode }), earlier)
     }
     const body = toBytes(payload)
     const replacement = await guard.settle({ kind: 'response', status: reply.statusCode, headers: Object.entries(reply.getHeaders()), body })
-    return replacement ? replace(reply, replacement) : payload
+    return replacement ? replace(reply, replacement, earlier) : payload
   })
 
   // A hijacked reply skips onSend: end the claim anyway, so the lease stops and a retry may run.
   fastify.addHook('onResponse', async (request) => {
-    const guard = guards.get(request)
-    if (!guard) return
+    const held = guards.get(request)
+    if (!held) return
     guards.delete(request)
-    await guard.settle({ kind: 'thrown', error: new Error('the reply was sent without passing through onSend') })
+    await held.guard.settle({ kind: 'thrown', error: new Error('the reply was sent without passing through onSend') })
   })
 }
 
@@ -98,8 +100,8 @@ function send(reply: FastifyReply, answer: HttpAnswer): FastifyReply {
 }
 
 /** Replaces the payload in onSend, dropping the headers the handler set. */
-function replace(reply: FastifyReply, answer: HttpAnswer | null): Buffer {
-  for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
+function replace(reply: FastifyReply, answer: HttpAnswer | null, earlier: ReadonlySet<string>): Buffer {
+  for (const name of Object.keys(reply.getHeaders())) if (!earlier.has(name)) reply.removeHeader(name)
   if (answer === null) return Buffer.alloc(0)
   reply.code(answer.status).headers(headerRecord(answer.headers))
   return Buffer.from(answer.body)

@@ -108,7 +108,8 @@ export function conformanceSuite(harness: AdapterHarness): void {
         await release.promise
         return json(201, { id: 'ch_slow' })
       })
-      await withApp({}, [slow], async (app) => {
+      const events: OutcomeEvent[] = []
+      await withApp({ onOutcome: (event) => events.push(event) }, [slow], async (app) => {
         const key = randomUUID()
         const first = app.request(post('/v1/charges', key, { amount: 1 }))
         await started.promise
@@ -121,6 +122,7 @@ export function conformanceSuite(harness: AdapterHarness): void {
         const third = await app.request(post('/v1/charges', key, { amount: 1 }))
         expect([third.status, third.headers.get('idempotent-replayed')]).toEqual([201, 'true'])
         expect(slow.calls).toBe(1)
+        expect(events.map((event) => event.outcome)).toEqual(['conflict', 'created', 'replayed'])
       })
     })
 
@@ -331,6 +333,63 @@ export function conformanceSuite(harness: AdapterHarness): void {
         expect((await app.request(post('/v1/charges', key, { amount: 1 }))).status).toBe(500)
         expect((await app.request(post('/v1/charges', key, { amount: 1 }))).status).toBe(201)
         expect(flaky.calls).toBe(2)
+      })
+    })
+
+    it('reports mismatch and invalid to onOutcome', async () => {
+      const events: OutcomeEvent[] = []
+      const charges = counted('POST', '/v1/charges', async () => json(201, {}))
+      await withApp({ onOutcome: (event) => events.push(event) }, [charges], async (app) => {
+        const key = randomUUID()
+        await app.request(post('/v1/charges', undefined, { amount: 1 }))
+        await app.request(post('/v1/charges', key, { amount: 1 }))
+        await app.request(post('/v1/charges', key, { amount: 2 }))
+        expect(events.map((event) => [event.outcome, event.status])).toEqual([['invalid', 400], ['created', 201], ['mismatch', 422]])
+        expect(events.every((event) => event.durationMs >= 0)).toBe(true)
+      })
+    })
+
+    it('refuses bad options at start-up, naming the option', async () => {
+      const charges = counted('POST', '/v1/charges', async () => json(201, {}))
+      for (const [bad, name] of [
+        [{ methods: 'POST' }, 'methods'],
+        [{ maxStoredBodyBytes: -1 }, 'maxStoredBodyBytes'],
+        [{ query: [1] }, 'query'],
+        [{ engine: {} }, 'engine'],
+      ] as const) {
+        const error: unknown = await harness.start({ engine, scope: scopeFromBearer, ...bad } as unknown as TestOptions, [charges]).then(
+          async (app) => app.close(),
+          (e: unknown) => e,
+        )
+        expect(isOncelyError(error, 'ONCELY_INVALID_OPTION')).toBe(true)
+        expect((error as Error).message).toContain(`option ${name} `)
+      }
+    })
+
+    it('stores content and custom headers but not cookies, date or hop-by-hop headers', async () => {
+      const charges = counted('POST', '/v1/charges', async () =>
+        json(201, { ok: true }, { 'set-cookie': 'session=abc', 'x-request-cost': '3', 'cache-control': 'no-store', 'content-language': 'en' }),
+      )
+      await withApp({}, [charges], async (app) => {
+        const key = randomUUID()
+        expect((await app.request(post('/v1/charges', key, { amount: 1 }))).headers.get('set-cookie')).toBe('session=abc')
+        const replay = await app.request(post('/v1/charges', key, { amount: 1 }))
+        expect(replay.headers.get('set-cookie')).toBeNull()
+        expect([replay.headers.get('x-request-cost'), replay.headers.get('cache-control'), replay.headers.get('content-language')]).toEqual(['3', 'no-store', 'en'])
+        const { rows } = await db.pool.query<{ headers: Array<[string, string]> }>(`SELECT response_headers AS headers FROM ${table} WHERE user_id = '1' AND key = $1`, [key])
+        const names = (rows[0]?.headers ?? []).map(([name]) => name)
+        expect(names).toContain('content-type')
+        for (const name of ['set-cookie', 'date', 'content-length', 'connection', 'transfer-encoding']) expect(names).not.toContain(name)
+      })
+    })
+
+    it('guards only the routes the routes option selects', async () => {
+      const open = counted('POST', '/v1/open', async () => json(200, { open: true }))
+      const closed = counted('POST', '/v1/charges/:id', async () => json(201, {}))
+      const routes = (_method: string, path: string) => path !== '/v1/open'
+      await withApp({ routes }, [open, closed], async (app) => {
+        expect((await app.request(post('/v1/open', undefined, {}))).status).toBe(200)
+        expect((await app.request(post('/v1/charges/c1', undefined, {}))).status).toBe(400)
       })
     })
 

@@ -1,0 +1,73 @@
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import Fastify from 'fastify'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { oncelyFastify } from '../../src/adapters/fastify.js'
+import { withIdempotency } from '../../src/adapters/node.js'
+import { createEngine, type Engine } from '../../src/engine/engine.js'
+import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+
+let db: TestDatabase
+let engine: Engine<Queryable>
+beforeAll(async () => {
+  db = await createTestDatabase()
+  engine = createEngine({ store: createPostgresStore({ pool: db.pool, schema: db.schema }) })
+})
+afterAll(async () => {
+  await db.close()
+})
+
+describe('fastify route config', () => {
+  it('config.idempotency false opts a POST route out; true opts a GET route in', async () => {
+    const app = Fastify()
+    try {
+      await app.register(oncelyFastify, { engine, scope: 'global' })
+      app.post('/v1/webhooks', { config: { idempotency: false } }, async () => ({ received: true }))
+      app.get('/v1/reports', { config: { idempotency: true } }, async () => ({ report: 1 }))
+      const webhook = await app.inject({ method: 'POST', url: '/v1/webhooks', payload: {} })
+      expect(webhook.statusCode).toBe(200)
+      const unkeyed = await app.inject({ method: 'GET', url: '/v1/reports' })
+      expect(unkeyed.statusCode).toBe(400)
+      const keyed = await app.inject({ method: 'GET', url: '/v1/reports', headers: { 'idempotency-key': 'r1' } })
+      const replay = await app.inject({ method: 'GET', url: '/v1/reports', headers: { 'idempotency-key': 'r1' } })
+      expect([keyed.statusCode, replay.headers['idempotent-replayed']]).toEqual([200, 'true'])
+    } finally {
+      await app.close()
+    }
+  })
+})
+
+describe('node:http body reading', () => {
+  let server: Server
+  let port: number
+  let calls = 0
+  beforeAll(async () => {
+    server = createServer(
+      withIdempotency({ engine, scope: 'global', maxBodyBytes: 1024 }, async (_req, res, { body }) => {
+        calls++
+        res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ body }))
+      }),
+    )
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    port = (server.address() as AddressInfo).port
+  })
+  afterAll(async () => {
+    server.closeAllConnections()
+    await new Promise<void>((resolve) => server.close(() => resolve()))
+  })
+  const send = (body: string, key: string) =>
+    fetch(`http://127.0.0.1:${port}/v1/things`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body })
+
+  it('answers 413 to a body above maxBodyBytes and 400 to invalid JSON, claiming nothing', async () => {
+    const big = await send(JSON.stringify({ pad: 'x'.repeat(2048) }), 'k-big')
+    expect(big.status).toBe(413)
+    expect(((await big.json()) as { type: string }).type).toBe('https://oncely.dev/problems/body-too-large')
+    const bad = await send('{"amount":', 'k-bad')
+    expect(bad.status).toBe(400)
+    expect(((await bad.json()) as { type: string }).type).toBe('https://oncely.dev/problems/invalid-json')
+    expect(calls).toBe(0)
+    const fixed = await send('{"amount":1}', 'k-bad')
+    expect([fixed.status, await fixed.text()]).toEqual([201, '{"body":{"amount":1}}'])
+  })
+})
