@@ -8,7 +8,12 @@ import type { OutcomeEvent, ResolvedAdapterOptions } from './options.js'
 export type Outcome = OutcomeEvent['outcome']
 
 export function report(options: ResolvedAdapterOptions<never, unknown>, outcome: Outcome, status: number, startedAt: number): void {
-  options.onOutcome?.({ outcome, status, durationMs: performance.now() - startedAt })
+  try {
+    options.onOutcome?.({ outcome, status, durationMs: performance.now() - startedAt })
+  } catch (error) {
+    // A metrics callback must never turn an answered request into a crash.
+    options.log(`oncely: onOutcome threw: ${String(error)}`)
+  }
 }
 
 /** Retryable statuses: nothing is stored, the key stays retryable (released or suspended). */
