@@ -58,7 +58,8 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
     maxSize: MAX_BODY_BYTES,
     onError: () => {
       deps.metrics.onOutcome({ outcome: 'invalid', status: 413, durationMs: 0 })
-      return problem({ type: 'body-too-large', title: 'Payload Too Large', status: 413, detail: `the body is larger than ${MAX_BODY_BYTES} bytes` })
+      // The rest of the body is left unread, so the connection cannot carry another request.
+      return problem({ type: 'body-too-large', title: 'Payload Too Large', status: 413, detail: `the body is larger than ${MAX_BODY_BYTES} bytes` }, { connection: 'close' })
     },
   }) as MiddlewareHandler<ServiceEnv>
 

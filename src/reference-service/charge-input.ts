@@ -30,8 +30,13 @@ export function parseChargeInput(text: string): ChargeInputResult {
     return { ok: false, detail: `amount must be a positive integer (smallest currency unit) up to ${MAX_AMOUNT}` }
   }
   if (typeof currency !== 'string' || !/^[a-z]{3}$/.test(currency)) return { ok: false, detail: 'currency must be 3 lowercase letters, e.g. "usd"' }
-  if (typeof customer !== 'string' || customer.length === 0 || customer.length > 255) {
-    return { ok: false, detail: 'customer must be a non-empty string of at most 255 characters' }
+  if (typeof customer !== 'string' || customer.length === 0 || customer.length > 255 || !isPrintable(customer)) {
+    return { ok: false, detail: 'customer must be a non-empty string of at most 255 printable characters' }
   }
   return { ok: true, input: { amount, currency, customer }, body }
+}
+
+/** No control characters (PostgreSQL text cannot hold NUL) and no lone UTF-16 surrogates. */
+function isPrintable(value: string): boolean {
+  return !/[\u0000-\u001f\u007f]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(value)
 }

@@ -1,0 +1,103 @@
+import { connect } from 'node:net'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { providerCharges, startProvider, startService, type TestProcess } from '../helpers/processes.js'
+import { charge, get, isProblem, newUser, post } from './support/api.js'
+
+// Bad input never yields a 500 or a dead process, and /healthz stays 200 after.
+let db: TestDatabase
+let provider: TestProcess
+let service: TestProcess
+let api: string
+
+beforeAll(async () => {
+  db = await createTestDatabase()
+  provider = await startProvider()
+  service = await startService({ databaseUrl: db.url, schema: db.schema, providerUrl: provider.url })
+  api = service.url
+})
+
+afterAll(async () => {
+  await service?.stop()
+  await provider?.stop()
+  await db?.close()
+})
+
+/** Sends raw bytes on a fresh socket and resolves to the status line's code (0 if the server just closed). */
+function raw(request: Buffer): Promise<number> {
+  const { hostname, port } = new URL(api)
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname)
+    let received = ''
+    socket.on('data', (chunk) => (received += chunk.toString('latin1')))
+    socket.on('error', (error: NodeJS.ErrnoException) => (error.code === 'ECONNRESET' ? resolve(statusOf(received)) : reject(error)))
+    socket.on('close', () => resolve(statusOf(received)))
+    socket.end(request)
+  })
+}
+
+function statusOf(response: string): number {
+  return Number(/^HTTP\/1\.1 (\d{3})/.exec(response)?.[1] ?? 0)
+}
+
+function rawCharge(headerLines: Buffer[], body = charge()): Buffer {
+  const { host } = new URL(api)
+  return Buffer.concat([
+    Buffer.from(`POST /v1/charges HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer demo_7\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n`),
+    ...headerLines.flatMap((line) => [line, Buffer.from('\r\n')]),
+    Buffer.from('\r\n'),
+    Buffer.from(body),
+  ])
+}
+
+describe('bad input', () => {
+  it('non-JSON and malformed bodies: 400 problems', async () => {
+    const user = newUser()
+    for (const body of ['', 'null', '{', '\u0000\u0001\u0002', 'amount=1000&currency=usd', '{"amount":1e400,"currency":"usd","customer":"c"}']) {
+      const answer = await post(api, { user, key: `bad-${body.length}`, body })
+      expect(isProblem(answer, 400), JSON.stringify(body)).toBe(true)
+    }
+  })
+
+  it('a 2 MB body: 413 problem', async () => {
+    const body = JSON.stringify({ amount: 1000, currency: 'usd', customer: 'x'.repeat(2 * 1024 * 1024) })
+    const answer = await post(api, { user: newUser(), key: 'big-1', body })
+    expect(isProblem(answer, 413)).toBe(true)
+  })
+
+  it('huge and binary headers: refused with a 4xx, never a 500', async () => {
+    const huge = await raw(rawCharge([Buffer.from(`X-Filler: ${'a'.repeat(64 * 1024)}`)]))
+    expect(huge === 0 || (huge >= 400 && huge < 500), `status ${huge}`).toBe(true)
+    const hugeKey = await raw(rawCharge([Buffer.from(`Idempotency-Key: ${'k'.repeat(8000)}`)]))
+    expect(hugeKey >= 400 && hugeKey < 500, `status ${hugeKey}`).toBe(true)
+    const binary = await raw(rawCharge([Buffer.concat([Buffer.from('Idempotency-Key: '), Buffer.from([0x00, 0x01, 0xff, 0xfe, 0x7f])])]))
+    expect(binary === 0 || (binary >= 400 && binary < 500), `status ${binary}`).toBe(true)
+    const binaryName = await raw(rawCharge([Buffer.from([0xc3, 0xa9, 0x3a, 0x20, 0x31])]))
+    expect(binaryName === 0 || (binaryName >= 400 && binaryName < 500), `status ${binaryName}`).toBe(true)
+  })
+
+  it('unicode keys: 400', async () => {
+    for (const key of ['clé-1', '键', '🔑-emoji', 'ключ']) {
+      const status = await raw(rawCharge([Buffer.concat([Buffer.from('Idempotency-Key: '), Buffer.from(key, 'utf8')])]))
+      expect(status, key).toBe(400)
+    }
+    const latin1 = await raw(rawCharge([Buffer.concat([Buffer.from('Idempotency-Key: '), Buffer.from('cl\xe9', 'latin1')])]))
+    expect(latin1).toBe(400)
+  })
+
+  it('1,000 distinct keys at once: no 5xx, each key charged once', async () => {
+    const user = newUser()
+    const answers = await Promise.all(Array.from({ length: 1000 }, (_, i) => post(api, { user, key: `burst-${i}` })))
+    const statuses = new Map<number, number>()
+    for (const answer of answers) statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1)
+    expect(Object.fromEntries(statuses)).toEqual({ 201: 1000 })
+    expect(await providerCharges(provider.url, user)).toHaveLength(1000)
+  })
+
+  it('afterwards the process is alive and /healthz is 200', async () => {
+    expect(service.child.exitCode).toBeNull()
+    expect(service.child.signalCode).toBeNull()
+    expect((await get(api, '/healthz')).status).toBe(200)
+    expect(service.stderr()).not.toMatch(/internal error/)
+  })
+})
