@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
 import { fingerprintRequest, type Decision } from '../../src/index.js'
 import type { Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
@@ -22,9 +22,10 @@ function kinds(decisions: Decision<Queryable>[]): Record<string, number> {
 
 describe('claim race', () => {
   it('50 callers begin one key at once: exactly one executes, every other gets a conflict', async () => {
-    const decisions = await raceEngines(db, 50, {}, (engine) => engine.begin({ scope: 'u1', key: 'race-50', fingerprint }))
-    expect(kinds(decisions)).toEqual({ execute: 1, conflict: 49 })
-    for (const decision of decisions) if (decision.kind === 'execute') await decision.execution.release()
+    const race = await raceEngines(db, 50, {}, (engine) => engine.begin({ scope: 'u1', key: 'race-50', fingerprint }))
+    onTestFinished(() => race.close())
+    expect(kinds(race.results)).toEqual({ execute: 1, conflict: 49 })
+    for (const decision of race.results) if (decision.kind === 'execute') await decision.execution.release()
   })
 
   it('50 callers race on a completed key: all replay the same bytes', async () => {
@@ -32,8 +33,9 @@ describe('claim race', () => {
     const first = await engine.begin({ scope: 'u1', key: 'race-replay', fingerprint })
     if (first.kind !== 'execute') throw new Error(`expected execute, got ${first.kind}`)
     await first.execution.complete(jsonResponse(201, '{"id":"ch_1"}'))
-    const decisions = await raceEngines(db, 50, {}, (e) => e.begin({ scope: 'u1', key: 'race-replay', fingerprint }))
-    expect(kinds(decisions)).toEqual({ replay: 50 })
+    const race = await raceEngines(db, 50, {}, (e) => e.begin({ scope: 'u1', key: 'race-replay', fingerprint }))
+    await race.close()
+    expect(kinds(race.results)).toEqual({ replay: 50 })
   })
 
   it('20 callers find one stale claim at once: exactly one takes it over, and the old owner is fenced out', async () => {
@@ -42,9 +44,10 @@ describe('claim race', () => {
     const crashed = await oldWorker.begin({ scope: 'u1', key: 'stale-20', fingerprint })
     if (crashed.kind !== 'execute') throw new Error('expected execute')
     await ageClaim(db, 'u1', 'stale-20')
-    const decisions = await raceEngines(db, 20, { staleAfterMs: 1000 }, (e) => e.begin({ scope: 'u1', key: 'stale-20', fingerprint }))
-    expect(kinds(decisions)).toEqual({ execute: 1, conflict: 19 })
-    const winner = decisions.find((d) => d.kind === 'execute')
+    const race = await raceEngines(db, 20, { staleAfterMs: 1000 }, (e) => e.begin({ scope: 'u1', key: 'stale-20', fingerprint }))
+    onTestFinished(() => race.close())
+    expect(kinds(race.results)).toEqual({ execute: 1, conflict: 19 })
+    const winner = race.results.find((d) => d.kind === 'execute')
     if (winner?.kind !== 'execute') throw new Error('no winner')
     expect(winner.execution.how).toBe('take-over')
     expect(winner.execution.claimId).toBe(crashed.execution.claimId)

@@ -43,7 +43,7 @@ export async function createTestDatabase(options: { max?: number } = {}): Promis
   const url = withDatabase(adminUrl, name)
   const pools: pg.Pool[] = []
   const newPool = (max = options.max ?? 10): pg.Pool => {
-    const pool = new pg.Pool({ connectionString: url, max })
+    const pool = new pg.Pool({ connectionString: url, max, idleTimeoutMillis: 1000 })
     pools.push(pool)
     return pool
   }

@@ -16,25 +16,36 @@ export function engineOn(
 
 /**
  * `count` engines, each on its own pool of one connection, all connected before `work` starts
- * on every one at once: a race between real parallel connections (style rule 18).
+ * on every one at once: a race between real parallel connections (style rule 18). The pools
+ * stay open for what the test does next with the results; `close()` ends them, since CI's
+ * PostgreSQL allows 100 connections in all.
  */
 export async function raceEngines<T>(
   db: TestDatabase,
   count: number,
   options: Omit<EngineOptions<Queryable>, 'store'>,
   work: (engine: Engine<Queryable>, index: number) => Promise<T>,
-): Promise<T[]> {
-  const pools = Array.from({ length: count }, () => db.newPool(1))
-  // Connect every pool first, so the race is on the database and not on connection set-up.
-  await Promise.all(pools.map(async (pool) => (await pool.connect()).release()))
-  const engines = pools.map((pool) => engineOn(db, options, pool).engine)
-  const start = latch(count)
-  return Promise.all(
-    engines.map(async (engine, index) => {
-      await start.arrive()
-      return work(engine, index)
-    }),
-  )
+): Promise<{ results: T[]; close(): Promise<void> }> {
+  const pools = Array.from({ length: count }, () => new pg.Pool({ connectionString: db.url, max: 1 }))
+  const close = async () => {
+    await Promise.all(pools.map((pool) => pool.end()))
+  }
+  try {
+    // Connect every pool first, so the race is on the database and not on connection set-up.
+    await Promise.all(pools.map(async (pool) => (await pool.connect()).release()))
+    const engines = pools.map((pool) => engineOn(db, options, pool).engine)
+    const start = latch(count)
+    const results = await Promise.all(
+      engines.map(async (engine, index) => {
+        await start.arrive()
+        return work(engine, index)
+      }),
+    )
+    return { results, close }
+  } catch (error) {
+    await close()
+    throw error
+  }
 }
 
 /** A stored response with a JSON body written exactly as given. */
