@@ -83,10 +83,10 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
     const { port } = server.address() as AddressInfo
     const host = config.host.includes(':') ? `[${config.host}]` : config.host
     const url = `http://${host}:${port}`
-    const stdout = (line: string) => process.stdout.write(`${line}\n`)
-    stdout(`oncely reference service (${config.strategy}) on ${database.description}, ${provider.description} at ${provider.url}`)
-    stdout(`listening on ${url}`)
-    stdout(tryLines(url))
+    // One write, so a reader that sees the ready line sees the lines to try with it.
+    process.stdout.write(
+      [`oncely reference service (${config.strategy}) on ${database.description}, ${provider.description} at ${provider.url}`, `listening on ${url}`, tryLines(url), ''].join('\n'),
+    )
     return { url, providerUrl: provider.url, stop: stopAll }
   } catch (error) {
     await stopAll()
