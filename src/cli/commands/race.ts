@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util'
-import { formatTable } from '../race/report.js'
+import { killChildren } from '../race/child-process.js'
+import { formatTable, type RaceReport } from '../race/report.js'
 import { runRace } from '../race/run-race.js'
 import { EXIT, UsageError, type Command } from '../command.js'
 
@@ -27,9 +28,10 @@ flags:
                        an embedded PostgreSQL in a temporary folder)
 
 exit codes:
-  0  every row matches the article
-  1  a row differs, or a scenario could not run
-  2  bad usage
+  0    every row matches the article
+  1    a row differs, or a scenario could not run
+  2    bad usage
+  130  interrupted (SIGINT; 143 for SIGTERM), after cleaning up
 `
 
 export const command: Command = {
@@ -46,10 +48,51 @@ export const command: Command = {
     if (positionals.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[0])}`)
     const databaseUrl = nonEmpty(values['database-url']) ?? nonEmpty(process.env.DATABASE_URL)
     const log = values.quiet === true ? () => {} : (line: string) => process.stderr.write(`oncely race: ${line}\n`)
-    const report = await runRace({ databaseUrl, log })
+    const interrupt = stopOnSignal(log)
+    let report: RaceReport
+    try {
+      report = await runRace({ databaseUrl, log, signal: interrupt.signal })
+    } catch (error) {
+      const interrupted = interrupt.code()
+      if (interrupted !== undefined) return interrupted
+      process.stderr.write(`oncely race: ${error instanceof Error ? error.message : String(error)}\n`)
+      return EXIT.failure
+    } finally {
+      interrupt.remove()
+    }
+    const interrupted = interrupt.code()
+    if (interrupted !== undefined) return interrupted
     process.stdout.write(values.json === true ? `${JSON.stringify(report, null, 2)}\n` : formatTable(report))
     return report.matches ? EXIT.ok : EXIT.failure
   },
+}
+
+/**
+ * On SIGINT or SIGTERM, kills the service and provider processes, so the scenario running fails
+ * at once and the run unwinds through its cleanup (databases dropped, embedded server stopped);
+ * the command then exits 130 or 143. A cleanup that hangs, or a second signal, exits at once.
+ */
+function stopOnSignal(log: (line: string) => void): { signal: AbortSignal; code(): number | undefined; remove(): void } {
+  const controller = new AbortController()
+  let code: number | undefined
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (code !== undefined) process.exit(code)
+    code = signal === 'SIGINT' ? 130 : 143
+    log(`${signal}: stopping the processes and cleaning up`)
+    controller.abort(new Error(`interrupted by ${signal}`))
+    killChildren()
+    setTimeout(() => process.exit(code), 15_000).unref()
+  }
+  process.on('SIGINT', onSignal)
+  process.on('SIGTERM', onSignal)
+  return {
+    signal: controller.signal,
+    code: () => code,
+    remove() {
+      process.off('SIGINT', onSignal)
+      process.off('SIGTERM', onSignal)
+    },
+  }
 }
 
 function nonEmpty(value: string | undefined): string | undefined {

@@ -17,12 +17,15 @@ export interface OncelyChild {
 const live = new Set<ChildProcess>()
 let exitHookInstalled = false
 
+/** SIGKILLs every child still running; their pending starts and requests then fail. */
+export function killChildren(): void {
+  for (const child of live) child.kill('SIGKILL')
+}
+
 function installExitHook(): void {
   if (exitHookInstalled) return
   exitHookInstalled = true
-  process.on('exit', () => {
-    for (const child of live) child.kill('SIGKILL')
-  })
+  process.on('exit', killChildren)
 }
 
 /**

