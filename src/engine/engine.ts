@@ -63,7 +63,7 @@ export interface Engine<Tx = unknown> {
    * ```ts
    * const decision = await engine.begin({ scope: '42', key: req.headers['idempotency-key'], fingerprint })
    * if (decision.kind === 'execute') {
-   *   const charge = await decision.execution.step('charge', ({ idempotencyKey }) => provider.charge(idempotencyKey))
+   *   const charge = await decision.execution.step('charge', ({ idempotencyKey }) => provider.charge({ amount: 1000 }, idempotencyKey))
    *   await decision.execution.complete({ status: 201, headers: [], body: Buffer.from(JSON.stringify(charge)) })
    * }
    * ```

@@ -83,7 +83,7 @@ export class Execution<Tx = unknown> {
    * @example
    * ```ts
    * const charge = await execution.step('charge', ({ idempotencyKey }) =>
-   *   provider.charge({ amount: 1000 }, { idempotencyKey }))
+   *   provider.charge({ amount: 1000 }, idempotencyKey))
    * ```
    */
   async step<T>(name: string, run: (context: StepContext) => Promise<T> | T): Promise<T> {

@@ -42,6 +42,7 @@ export interface OncelyMetrics {
  * @example
  * ```ts
  * import { createMetrics } from 'oncely'
+ * import { idempotency } from 'oncely/hono'
  * const metrics = createMetrics({ store, staleAfterMs: 30_000 })
  * app.use('/v1/*', idempotency({ engine, scope, onOutcome: metrics.onOutcome }))
  * app.get('/metrics', async (c) => c.text(await metrics.registry.metrics()))

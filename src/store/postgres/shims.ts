@@ -43,7 +43,7 @@ export interface KyselyLike {
  * @example
  * ```ts
  * import { fromKysely } from 'oncely/postgres'
- * await db.transaction().execute(async (trx) => {
+ * await kysely.transaction().execute(async (trx) => {
  *   await trx.insertInto('orders').values({ id: 42 }).execute()
  *   await execution.complete(response, { tx: fromKysely(trx) })
  * })
