@@ -28,7 +28,7 @@ describe('doc examples (style rule 15)', () => {
     )
     const result = await run(process.execPath, [tsc, '-p', `${dir}/tsconfig.json`], { cwd: root }).then(
       () => '',
-      (error: { stdout?: string }) => error.stdout ?? String(error),
+      (error: { stdout?: string; message?: string }) => error.stdout ?? error.message ?? 'tsc failed',
     )
     // Name each failing example by where it is written, not by its generated file.
     const failures = result

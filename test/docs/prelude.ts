@@ -12,8 +12,8 @@ import type { DataSource } from 'typeorm'
 import type { Engine, Execution, StoredResponse } from '../../src/index.js'
 import type { PostgresStore, Queryable } from '../../src/store/postgres/index.js'
 
-const ordersTable = pgTable('orders', { id: integer('id').primaryKey() })
-const honoApp = new Hono()
+const _ordersTable = pgTable('orders', { id: integer('id').primaryKey() })
+const _honoApp = new Hono()
 
 declare global {
   var engine: Engine<Queryable>
@@ -28,8 +28,8 @@ declare global {
   var provider: { charge(input: unknown, idempotencyKey: string): Promise<{ id: string; amount: number }> }
   var kysely: Kysely<{ orders: { id: number } }>
   var db: NodePgDatabase
-  var orders: typeof ordersTable
+  var orders: typeof _ordersTable
   var dataSource: DataSource
-  var app: typeof honoApp
+  var app: typeof _honoApp
   var scope: (c: Context) => string | undefined
 }
