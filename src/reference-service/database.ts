@@ -1,7 +1,7 @@
 import { chmod, mkdir, readFile, stat } from 'node:fs/promises'
 import { userInfo } from 'node:os'
 import path from 'node:path'
-import { startEmbeddedPostgres } from '../cli/embedded-postgres.js'
+import { embeddedPostgresUrl, startEmbeddedPostgres } from '../cli/embedded-postgres.js'
 
 /** The database the service runs on, and how to let it go. */
 export interface ServiceDatabase {
@@ -24,7 +24,7 @@ export async function openDatabase(options: { databaseUrl: string | undefined; d
   const orphan = await runningServer(dataDir)
   if (orphan) {
     options.log(`reusing the embedded PostgreSQL left running in ${dataDir} (pid ${orphan.pid})`)
-    return { url: embeddedUrl(orphan.port), description: `embedded PostgreSQL in ${dataDir}`, stop: () => stopPid(orphan.pid) }
+    return { url: embeddedPostgresUrl(orphan.port), description: `embedded PostgreSQL in ${dataDir}`, stop: () => stopPid(orphan.pid) }
   }
   if (userInfo().uid === 0) await makeReachable(dataDir, options.log)
   const lines: string[] = []
@@ -47,11 +47,6 @@ export async function openDatabase(options: { databaseUrl: string | undefined; d
       await Promise.race([embedded.stop(), pid === undefined ? new Promise(() => {}) : waitForExit(pid)])
     },
   }
-}
-
-/** The embedded server's URL; the password is the one `startEmbeddedPostgres` sets at initdb. */
-function embeddedUrl(port: number): string {
-  return `postgres://postgres:oncely@127.0.0.1:${port}/postgres`
 }
 
 /** Reads `postmaster.pid`: the server's pid (line 1) and port (line 4), if that process is alive. */
