@@ -8,7 +8,7 @@ import {
   type KeyStore,
   type RetryEvent,
 } from '../../src/client/index.js'
-import { deferred } from './support/deferred.js'
+import { deferred } from '../helpers/deferred.js'
 import { reply, startServer, statusSequence, type Handler, type TestServer } from './support/http-server.js'
 
 const servers: TestServer[] = []

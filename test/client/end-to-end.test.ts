@@ -8,7 +8,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { providerCharges, startProvider, startService, type TestProcess } from '../helpers/processes.js'
 import { startGate, type Gate } from '../service/support/gate.js'
 import { startCuttingProxy } from './support/cutting-proxy.js'
-import { deferred } from './support/deferred.js'
+import { deferred } from '../helpers/deferred.js'
 import { runRequestCommand, startNode } from './support/node-process.js'
 
 // The proofs, against the real reference service and fake provider processes.

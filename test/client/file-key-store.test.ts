@@ -4,7 +4,7 @@ import path from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { fileKeyStore } from '../../src/client/index.js'
 import { candidate, keyStoreContract } from './key-store-contract.js'
-import { deferred } from './support/deferred.js'
+import { deferred } from '../helpers/deferred.js'
 import { startNode } from './support/node-process.js'
 
 const directories: string[] = []

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { REQUEST_EXIT } from '../../src/cli/commands/request.js'
-import { deferred } from './support/deferred.js'
+import { deferred } from '../helpers/deferred.js'
 import { reply, startServer, statusSequence, type Handler, type TestServer } from './support/http-server.js'
 import { runRequestCommand, startNode } from './support/node-process.js'
 
