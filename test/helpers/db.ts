@@ -58,6 +58,14 @@ export async function createTestDatabase(options: { max?: number } = {}): Promis
       await Promise.all(pools.map((p) => p.end()))
       const dropper = new pg.Client({ connectionString: adminUrl })
       await dropper.connect()
+      // A pool's end() resolves while its backends may still be closing; killing them then
+      // (FORCE) makes the server send a FATAL to a client that no longer listens for errors.
+      // So wait until they are gone, and force only what a test left behind.
+      for (let waited = 0; waited < 5000; waited += 50) {
+        const { rows } = await dropper.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1', [name])
+        if (rows[0]?.n === 0) break
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
       await dropper.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
       await dropper.end()
       untrack()
