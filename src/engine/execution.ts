@@ -103,7 +103,9 @@ export class Execution<Tx = unknown> {
   /**
    * Stores the response and ends the claim; later requests with the key replay it. With `tx`,
    * the completion runs inside the caller's open transaction, so business rows, outbox rows and
-   * the completion commit or roll back together (Invariant 8).
+   * the completion commit or roll back together (Invariant 8). If that transaction rolls back,
+   * this execution is still ended: the claim stays `in_progress`, its lease is no longer renewed,
+   * and a retry takes it over once it is stale and resumes after the last committed phase.
    */
   async complete(response: StoredResponse, options: { tx?: Tx } = {}): Promise<void> {
     await this.#finish({ status: 'completed', response }, options.tx)
