@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { waitForReadyLine } from '../../src/cli/ready-line.js'
 import { trackOpenHandle } from '../setup/guard-open-handles.js'
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
@@ -51,24 +52,11 @@ export async function startProcess(command: string, args: readonly string[], opt
       resolve({ code, signal })
     })
   })
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL')
-      reject(new Error(`no ready line within ${options.readyTimeoutMs ?? 60_000} ms\nstdout:\n${stdout}\nstderr:\n${stderr}`))
-    }, options.readyTimeoutMs ?? 60_000)
-    const onData = () => {
-      const match = /listening on (http:\/\/\S+)/.exec(stdout)
-      if (match?.[1]) {
-        clearTimeout(timer)
-        child.stdout.off('data', onData)
-        resolve(match[1])
-      }
-    }
-    child.stdout.on('data', onData)
-    void exited.then(({ code, signal }) => {
-      clearTimeout(timer)
-      reject(new Error(`exited before ready (code ${code}, signal ${signal})\nstdout:\n${stdout}\nstderr:\n${stderr}`))
-    })
+  const url = await waitForReadyLine(child, {
+    output: () => stdout,
+    exited,
+    timeoutMs: options.readyTimeoutMs ?? 60_000,
+    describe: () => `stdout:\n${stdout}\nstderr:\n${stderr}`,
   })
   return {
     child,

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process'
+import { waitForReadyLine } from '../ready-line.js'
 
 /** A child `oncely serve` or `oncely provider`, ready: it printed `listening on http://HOST:PORT`. */
 export interface OncelyChild {
@@ -55,25 +56,11 @@ export async function startOncely(args: readonly string[], options: { env?: Reco
       resolve({ code, signal })
     })
   })
-  const timeoutMs = options.readyTimeoutMs ?? 30_000
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL')
-      reject(new Error(`oncely ${args[0] ?? ''} was not ready within ${timeoutMs} ms:\n${output}`))
-    }, timeoutMs)
-    const onData = () => {
-      const match = /listening on (http:\/\/\S+)/.exec(output)
-      if (match?.[1]) {
-        clearTimeout(timer)
-        child.stdout.off('data', onData)
-        resolve(match[1])
-      }
-    }
-    child.stdout.on('data', onData)
-    void exited.then(({ code, signal }) => {
-      clearTimeout(timer)
-      reject(new Error(`oncely ${args[0] ?? ''} exited before it was ready (code ${code}, signal ${signal}):\n${output}`))
-    })
+  const url = await waitForReadyLine(child, {
+    output: () => output,
+    exited,
+    timeoutMs: options.readyTimeoutMs ?? 30_000,
+    describe: () => `oncely ${args[0] ?? ''}:\n${output}`,
   })
   return {
     url,
