@@ -1,3 +1,5 @@
+import type { Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import type { AdapterOptions, IdempotencyContext } from '../../src/adapters/http.js'
 import type { Queryable } from '../../src/store/postgres/index.js'
 
@@ -89,4 +91,17 @@ export async function fetchFrom(port: number, request: TestRequest): Promise<Tes
     ...(body === undefined ? {} : { body }),
   })
   return { status: response.status, headers: response.headers, body: Buffer.from(await response.arrayBuffer()) }
+}
+
+/** Listens on a free port of 127.0.0.1 and answers the table's requests over real HTTP. */
+export async function serveOnFreePort(server: Server): Promise<AppUnderTest> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
+  return {
+    request: (request) => fetchFrom(port, request),
+    async close() {
+      server.closeAllConnections()
+      await new Promise<void>((resolve, reject) => server.close((error) => (error ? reject(error) : resolve())))
+    },
+  }
 }

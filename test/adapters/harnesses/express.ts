@@ -1,8 +1,8 @@
-import type { AddressInfo } from 'node:net'
+import { createServer } from 'node:http'
 import express from 'express'
 import { idempotency, type IdempotencyContext } from '../../../src/adapters/express.js'
 import type { Queryable } from '../../../src/store/postgres/index.js'
-import { fetchFrom, frameworkOptions, type AdapterHarness } from '../harness.js'
+import { frameworkOptions, serveOnFreePort, type AdapterHarness } from '../harness.js'
 
 export const expressHarness: AdapterHarness = {
   name: 'express',
@@ -25,15 +25,6 @@ export const expressHarness: AdapterHarness = {
         else res.send(typeof output.body === 'string' ? output.body : Buffer.from(output.body))
       })
     }
-    const server = app.listen(0, '127.0.0.1')
-    await new Promise<void>((resolve) => server.once('listening', () => resolve()))
-    const { port } = server.address() as AddressInfo
-    return {
-      request: (request) => fetchFrom(port, request),
-      async close() {
-        server.closeAllConnections()
-        await new Promise<void>((resolve, reject) => server.close((error) => (error ? reject(error) : resolve())))
-      },
-    }
+    return serveOnFreePort(createServer(app))
   },
 }

@@ -1,8 +1,7 @@
 import { createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { withIdempotency } from '../../../src/adapters/node.js'
 import type { Queryable } from '../../../src/store/postgres/index.js'
-import { fetchFrom, frameworkOptions, matchPath, type AdapterHarness, type TestRoute } from '../harness.js'
+import { frameworkOptions, matchPath, serveOnFreePort, type AdapterHarness, type TestRoute } from '../harness.js'
 
 export const nodeHarness: AdapterHarness = {
   name: 'node:http',
@@ -35,15 +34,6 @@ export const nodeHarness: AdapterHarness = {
         } else res.end(output.body)
       },
     )
-    const server = createServer(listener)
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-    const { port } = server.address() as AddressInfo
-    return {
-      request: (request) => fetchFrom(port, request),
-      async close() {
-        server.closeAllConnections()
-        await new Promise<void>((resolve, reject) => server.close((error) => (error ? reject(error) : resolve())))
-      },
-    }
+    return serveOnFreePort(createServer(listener))
   },
 }
