@@ -25,6 +25,8 @@ export interface PostgresKeyStore extends KeyStore {
 }
 
 const PRUNE_BATCH = 500
+/** Arbitrary constant shared by every key store's `setup`; setups are rare, so one lock is enough. */
+const SETUP_LOCK_KEY = 0x6f6e63656c79
 
 interface KeyRow {
   operation_id: string
@@ -76,13 +78,10 @@ export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStor
   return Object.freeze({
     setupSql: sql.setup,
     async setup() {
-      try {
-        await db.query({ text: sql.setup })
-      } catch (error) {
-        // 23505 / 42P07: another process created the table or index at the same moment.
-        const code = (error as { code?: unknown }).code
-        if (code !== '23505' && code !== '42P07') throw error
-      }
+      // Concurrent `CREATE TABLE IF NOT EXISTS` of one table can still fail on the catalog's
+      // unique indexes (the table's row type, 42710 or 23505), so setups take turns: the lock and
+      // the DDL run as one multi-statement query, which PostgreSQL runs as one transaction.
+      await db.query({ text: `SELECT pg_advisory_xact_lock(${SETUP_LOCK_KEY});\n${sql.setup}` })
     },
     async claim(candidate: OperationRecord) {
       const inserted = await db.query<KeyRow>({

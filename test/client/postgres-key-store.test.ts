@@ -31,11 +31,21 @@ keyStoreContract('postgresKeyStore', async () => {
 
 describe('postgresKeyStore', () => {
   it('setup is idempotent and safe to run concurrently', async () => {
-    const options = { schema: 'Client Keys', table: 'concurrent setup' }
-    await Promise.all(Array.from({ length: 5 }, () => postgresKeyStore(db.pool, options).setup()))
-    await postgresKeyStore(db.pool, options).setup()
-    const { rows } = await db.pool.query<{ n: string }>(`SELECT count(*) AS n FROM "Client Keys"."concurrent setup"`)
-    expect(rows[0]?.n).toBe('0')
+    // Separate connections, so the setups really overlap in the server; several rounds, because
+    // the catalog race (CI saw `type "…" already exists`) needs the creates to meet exactly.
+    const pool = db.newPool(20)
+    const clients = await Promise.all(Array.from({ length: 20 }, () => pool.connect()))
+    try {
+      for (let round = 0; round < 10; round++) {
+        const options = { schema: 'Client Keys', table: `concurrent setup ${round}` }
+        await Promise.all(clients.map((client) => postgresKeyStore(client, options).setup()))
+        await postgresKeyStore(db.pool, options).setup()
+        const { rows } = await db.pool.query<{ n: string }>(`SELECT count(*) AS n FROM "Client Keys"."concurrent setup ${round}"`)
+        expect(rows[0]?.n).toBe('0')
+      }
+    } finally {
+      for (const client of clients) client.release()
+    }
   })
 
   it('20 claims on 20 real connections at once agree on one key', async () => {
