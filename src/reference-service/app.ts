@@ -92,6 +92,12 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
     return row ? c.json(chargeView(row)) : notFound()
   })
 
+  // A known path with another method is 405 with `Allow` (RFC 9110 §15.5.6), not a 404 that
+  // would tell a client the resource is missing. Registered last, so the routes above win.
+  for (const [path, allow] of [['/v1/charges', 'POST'], ['/v1/charges/:id', 'GET, HEAD'], ['/healthz', 'GET, HEAD'], ['/metrics', 'GET, HEAD']] as const) {
+    app.all(path, (c) => problem({ type: 'method-not-allowed', title: 'Method Not Allowed', status: 405, detail: `${c.req.method} is not allowed on ${c.req.path}; use ${allow}` }, { allow }))
+  }
+
   return app
 }
 

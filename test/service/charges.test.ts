@@ -197,6 +197,20 @@ describe('authentication and scoping', () => {
   })
 })
 
+describe('routing', () => {
+  it('a known path with another method is 405 with Allow; an unknown path is 404', async () => {
+    const user = newUser()
+    for (const [method, path, allow] of [['PUT', '/v1/charges', 'POST'], ['GET', '/v1/charges', 'POST'], ['DELETE', '/v1/charges/ch_x', 'GET, HEAD'], ['POST', '/healthz', 'GET, HEAD']] as const) {
+      const response = await fetch(`${api}${path}`, { method, headers: { authorization: `Bearer demo_${user}` } })
+      expect(response.status, `${method} ${path}`).toBe(405)
+      expect(response.headers.get('allow')).toBe(allow)
+      expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/)
+      await response.arrayBuffer()
+    }
+    expect(isProblem(await get(api, '/v1/refunds', user), 404)).toBe(true)
+  })
+})
+
 describe('health and metrics', () => {
   it('GET /healthz is 200 while the database answers', async () => {
     const health = await get(api, '/healthz')
