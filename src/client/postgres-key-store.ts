@@ -18,15 +18,13 @@ export interface PostgresKeyStoreOptions {
 
 /** A key store in PostgreSQL, for clients that already have a database. */
 export interface PostgresKeyStore extends KeyStore {
-  /** Creates the key table and its index if they are missing (`CREATE … IF NOT EXISTS`). */
+  /** Creates the key table and its index if they are missing; safe to run from several processes at once. */
   setup(): Promise<void>
   /** The SQL `setup` runs, for a migration tool of your own. */
   readonly setupSql: string
 }
 
 const PRUNE_BATCH = 500
-/** Arbitrary constant shared by every key store's `setup`; setups are rare, so one lock is enough. */
-const SETUP_LOCK_KEY = 0x6f6e63656c79
 
 interface KeyRow {
   operation_id: string
@@ -80,8 +78,9 @@ export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStor
     async setup() {
       // Concurrent `CREATE TABLE IF NOT EXISTS` of one table can still fail on the catalog's
       // unique indexes (the table's row type, 42710 or 23505), so setups take turns: the lock and
-      // the DDL run as one multi-statement query, which PostgreSQL runs as one transaction.
-      await db.query({ text: `SELECT pg_advisory_xact_lock(${SETUP_LOCK_KEY});\n${sql.setup}` })
+      // the DDL run as one multi-statement query, which PostgreSQL runs as one transaction. One
+      // lock for every table, named like the migrations' and the service's: setups are rare.
+      await db.query({ text: `SELECT pg_advisory_xact_lock(hashtext('oncely:client-keys'));\n${sql.setup}` })
     },
     async claim(candidate: OperationRecord) {
       const inserted = await db.query<KeyRow>({
