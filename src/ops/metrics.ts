@@ -6,13 +6,10 @@ import { logKey, resolveLogger, type LogOption } from './logger.js'
 import { createRepeatedPayloadDetector, type RepeatedPayloadOptions } from './repeated-payloads.js'
 import { createStaleThresholdAdvice } from './stale-threshold-advice.js'
 
-/** The outcomes a guarded request can come to; the adapters report one per request. */
-export const REQUEST_OUTCOMES = ['created', 'replayed', 'conflict', 'mismatch', 'invalid', 'failed'] as const
-export type RequestOutcome = (typeof REQUEST_OUTCOMES)[number]
+import { RECONCILE_DECISIONS, REQUEST_OUTCOMES, type ReconcileDecisionName, type RequestOutcome } from './reconcile-decisions.js'
 
-/** How the reconciler settled a claim (see `reconcileStuckClaims`). */
-export const RECONCILE_DECISIONS = ['completed', 'failed', 'unresolved', 'expired', 'skipped', 'error'] as const
-export type ReconcileDecisionName = (typeof RECONCILE_DECISIONS)[number]
+export { RECONCILE_DECISIONS, REQUEST_OUTCOMES }
+export type { ReconcileDecisionName, RequestOutcome }
 
 /** One guarded request, as the adapters' `onOutcome` reports it. */
 export interface RequestOutcomeEvent {
