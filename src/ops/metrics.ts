@@ -2,7 +2,7 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client'
 import { DEFAULT_STALE_AFTER_MS, positiveInteger } from '../engine/options.js'
 
 /** The outcomes a guarded request can come to; the adapters report one per request. */
-export const REQUEST_OUTCOMES = ['created', 'replayed', 'conflict', 'mismatch', 'invalid', 'failed'] as const
+export const REQUEST_OUTCOMES = ['created', 'replayed', 'conflict', 'mismatch', 'invalid', 'failed', 'unkeyed'] as const
 export type RequestOutcome = (typeof REQUEST_OUTCOMES)[number]
 
 /** One guarded request, as the adapters' `onOutcome` reports it. */
@@ -54,7 +54,7 @@ export function createMetrics(options: MetricsOptions = {}): OncelyMetrics {
   const staleAfterMs = positiveInteger('staleAfterMs', options.staleAfterMs ?? DEFAULT_STALE_AFTER_MS)
   const requests = new Counter({
     name: `${prefix}requests_total`,
-    help: 'Requests on guarded routes, by outcome: created, replayed, conflict, mismatch, invalid, failed.',
+    help: 'Requests on guarded routes, by outcome: created, replayed, conflict, mismatch, invalid, failed, unkeyed (no key, required: false).',
     labelNames: ['outcome'],
     registers: [registry],
   })
