@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import { execFile } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
@@ -93,8 +94,8 @@ describe('oncely/metrics', () => {
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/r', body: null })
     const hung = await engine.begin({ scope: 'm', key: 'hung', fingerprint })
     await db.pool.query(`UPDATE ${keyTable(db)} SET created_at = now() - interval '2 hours' WHERE user_id = 'm' AND key = 'hung'`)
-    const dead = await store.claim({ scope: 'm', key: 'dead', fingerprint }, { ttlMs: 86_400_000, staleAfterMs: 60_000 })
-    if (dead.kind === 'claimed') await store.suspend({ scope: 'm', key: 'dead', fenceToken: dead.claim.fenceToken })
+    const dead = await store.claim({ scope: 'm', key: 'dead', fingerprint, ttlMs: 86_400_000, claimId: randomUUID(), fenceToken: randomUUID() })
+    if (dead.kind === 'inserted') await store.suspend({ scope: 'm', key: 'dead', fenceToken: dead.claim.fenceToken })
     await ageClaim(db, 'm', 'dead')
     const metrics = createMetrics({ database: { pool: db.pool, schema: db.schema }, staleAfterMs: 60_000, log: captureLog().log })
     expect(await sample(metrics, 'oncely_running_claims', { state: 'held' })).toBe(1)

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { deriveStepKey, fingerprintRequest, isOncelyError } from '../../src/index.js'
@@ -26,8 +27,8 @@ const quiet = { info() {}, warn() {}, error() {} }
 /** A claim whose owner died: claimed through the store (no lease timer), optionally a step, then aged. */
 async function deadClaim(scope: string, key: string, step?: string) {
   const { store } = engineOn(db)
-  const result = await store.claim({ scope, key, fingerprint }, { ttlMs: 86_400_000, staleAfterMs: STALE })
-  if (result.kind !== 'claimed') throw new Error(`expected a claim, got ${result.kind}`)
+  const result = await store.claim({ scope, key, fingerprint, ttlMs: 86_400_000, claimId: randomUUID(), fenceToken: randomUUID() })
+  if (result.kind !== 'inserted') throw new Error(`expected a claim, got ${result.kind}`)
   if (step) await store.commitPhase({ scope, key, fenceToken: result.claim.fenceToken }, step, { id: 'ch_step' })
   await ageClaim(db, scope, key)
   return result.claim

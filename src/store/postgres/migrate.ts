@@ -1,8 +1,6 @@
-import { readdir, readFile } from 'node:fs/promises'
-import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { OncelyError } from '../../errors.js'
 import { withTransaction, type PoolLike, type Queryable } from './executor.js'
+import { MIGRATION_FILES } from './migration-files.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 
 /** One numbered `.sql` file. */
@@ -23,18 +21,11 @@ export interface MigrateResult {
   applied: Migration[]
 }
 
-const MIGRATIONS_DIR = fileURLToPath(new URL('./migrations/', import.meta.url))
-
-/** Reads the shipped migrations, ordered by number, with the schema filled in. */
+/** The shipped migrations, ordered by number, with the schema filled in. */
 export async function loadMigrations(schema: string = DEFAULT_SCHEMA): Promise<Migration[]> {
   const quoted = quoteSchema(schema)
-  const files = (await readdir(MIGRATIONS_DIR)).filter((file) => /^\d+_.+\.sql$/.test(file)).sort()
-  return Promise.all(
-    files.map(async (file) => ({
-      id: Number.parseInt(file, 10),
-      name: file.replace(/\.sql$/, ''),
-      sql: (await readFile(path.join(MIGRATIONS_DIR, file), 'utf8')).replaceAll('{{schema}}', quoted),
-    })),
+  return Promise.resolve(
+    MIGRATION_FILES.map((file) => ({ id: Number.parseInt(file.name, 10), name: file.name, sql: file.sql.replaceAll('{{schema}}', quoted) })),
   )
 }
 
