@@ -1,0 +1,64 @@
+import net from 'node:net'
+import type { AddressInfo } from 'node:net'
+import { trackOpenHandle } from '../setup/guard-open-handles.js'
+
+export interface DatabaseProxy {
+  /** The test database's URL, through the proxy. */
+  readonly url: string
+  /** Cuts every open connection and refuses new ones, as a database restart does. */
+  cut(): void
+  /** Accepts connections again. */
+  restore(): void
+  close(): Promise<void>
+}
+
+/**
+ * A real TCP proxy in front of the test's PostgreSQL, to take the database away from a pool and
+ * give it back without touching the machine's shared server.
+ */
+export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseProxy> {
+  const upstream = new URL(databaseUrl)
+  const upstreamPort = Number(upstream.port || 5432)
+  const sockets = new Set<net.Socket>()
+  let down = false
+  const server = net.createServer((client) => {
+    if (down) {
+      client.resetAndDestroy()
+      return
+    }
+    const server = net.connect(upstreamPort, upstream.hostname)
+    for (const socket of [client, server]) {
+      sockets.add(socket)
+      socket.on('close', () => sockets.delete(socket))
+      socket.on('error', () => {
+        client.destroy()
+        server.destroy()
+      })
+    }
+    client.pipe(server)
+    server.pipe(client)
+    client.on('close', () => server.destroy())
+    server.on('close', () => client.destroy())
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const port = (server.address() as AddressInfo).port
+  const untrack = trackOpenHandle(`database proxy on port ${port}`)
+  const proxied = new URL(databaseUrl)
+  proxied.hostname = '127.0.0.1'
+  proxied.port = String(port)
+  return {
+    url: proxied.toString(),
+    cut() {
+      down = true
+      for (const socket of sockets) socket.resetAndDestroy()
+    },
+    restore() {
+      down = false
+    },
+    async close() {
+      for (const socket of sockets) socket.destroy()
+      await new Promise<void>((resolve, reject) => server.close((error) => (error ? reject(error) : resolve())))
+      untrack()
+    },
+  }
+}
