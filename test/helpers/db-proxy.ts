@@ -9,6 +9,12 @@ export interface DatabaseProxy {
   cut(): void
   /** Accepts connections again. */
   restore(): void
+  /**
+   * Once: the next statement whose bytes contain `marker` (a prepared statement's name, or SQL
+   * text) reaches the server and runs; its answer is dropped and the connection cut, as when a
+   * connection dies after the commit. Resolves when the cut happened.
+   */
+  dropNextAnswerTo(marker: string): Promise<void>
   close(): Promise<void>
 }
 
@@ -21,6 +27,7 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
   const upstreamPort = Number(upstream.port || 5432)
   const sockets = new Set<net.Socket>()
   let down = false
+  let armed: { marker: Buffer; cut: () => void } | undefined
   const server = net.createServer((client) => {
     if (down) {
       client.resetAndDestroy()
@@ -35,8 +42,23 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
         server.destroy()
       })
     }
-    client.pipe(server)
-    server.pipe(client)
+    let dropNext = false
+    client.on('data', (chunk: Buffer) => {
+      if (armed && chunk.includes(armed.marker)) {
+        dropNext = true
+        const { cut } = armed
+        armed = undefined
+        server.once('data', () => {
+          client.resetAndDestroy()
+          server.destroy()
+          cut()
+        })
+      }
+      server.write(chunk)
+    })
+    server.on('data', (chunk: Buffer) => {
+      if (!dropNext) client.write(chunk)
+    })
     client.on('close', () => server.destroy())
     server.on('close', () => client.destroy())
   })
@@ -54,6 +76,11 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
     },
     restore() {
       down = false
+    },
+    dropNextAnswerTo(marker: string) {
+      return new Promise<void>((resolve) => {
+        armed = { marker: Buffer.from(marker), cut: resolve }
+      })
     },
     async close() {
       for (const socket of sockets) socket.destroy()
