@@ -13,7 +13,7 @@ afterAll(async () => {
 })
 
 const input = (key: string) => ({ scope: 'u1', key, fingerprint: 'step-worker' })
-const calls = async (step: string) => (await db.pool.query(`SELECT provider_key FROM provider_calls WHERE step = $1`, [step])).rows
+const calls = async (step: string) => (await db.pool.query<{ provider_key: string }>(`SELECT provider_key FROM provider_calls WHERE step = $1`, [step])).rows
 
 describe("an at-most-once step (issue 9; Invariant 13)", () => {
   it('a worker killed inside it: the take-over skips it, the send is never repeated', async () => {
