@@ -9,13 +9,7 @@ import type { ReconcilableRow } from '../store/postgres/statements-ops.js'
  * `olderThanMs` (never below the stale threshold) is re-checked in the database's clock, so an
  * owner that renewed meanwhile keeps its claim. Resolves to the new holder's state, or null.
  */
-export async function takeOverForReconcile<Tx>(
-  store: IdempotencyStore<Tx>,
-  seen: ReconcilableRow,
-  timing: { olderThanMs: number; ttlMs: number },
-): Promise<ClaimState | null> {
-  const snapshot = await store.read(seen.user_id, seen.key)
-  // The row changed since the reconciler listed it: someone else acted first.
-  if (snapshot === null || snapshot.status !== 'in_progress' || snapshot.claimId !== seen.claim_id || snapshot.fenceToken !== seen.lock_token) return null
-  return store.takeOver(snapshot, { fenceToken: randomUUID(), staleAfterMs: timing.olderThanMs, ttlMs: timing.ttlMs })
+export async function takeOverForReconcile(store: IdempotencyStore<unknown>, seen: ReconcilableRow, olderThanMs: number, ttlMs: number): Promise<ClaimState | null> {
+  const claim = { scope: seen.user_id, key: seen.key, claimId: seen.claim_id, fenceToken: seen.lock_token }
+  return store.takeOver(claim, { fenceToken: randomUUID(), staleAfterMs: olderThanMs, ttlMs })
 }

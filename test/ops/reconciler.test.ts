@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { deriveStepKey, fingerprintRequest, isOncelyError } from '../../src/index.js'
@@ -7,7 +6,7 @@ import { reconcileStuckClaims, type ReconcileClaim, type ReconcileHook } from '.
 import { withTransaction, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { latch } from '../helpers/deferred.js'
-import { ageClaim, engineOn, jsonResponse } from '../helpers/engine.js'
+import { ageClaim, engineOn, jsonResponse, storeClaim } from '../helpers/engine.js'
 
 const STALE = 60_000
 let db: TestDatabase
@@ -27,8 +26,8 @@ const quiet = { info() {}, warn() {}, error() {} }
 /** A claim whose owner died: claimed through the store (no lease timer), optionally a step, then aged. */
 async function deadClaim(scope: string, key: string, step?: string) {
   const { store } = engineOn(db)
-  const result = await store.claim({ scope, key, fingerprint, ttlMs: 86_400_000, claimId: randomUUID(), fenceToken: randomUUID() })
-  if (result.kind !== 'inserted') throw new Error(`expected a claim, got ${result.kind}`)
+  const result = await storeClaim(store, { scope, key, fingerprint })
+  if (result.kind !== 'claimed') throw new Error(`expected a claim, got ${result.kind}`)
   if (step) await store.commitPhase({ scope, key, fenceToken: result.claim.fenceToken }, step, { id: 'ch_step' })
   await ageClaim(db, scope, key)
   return result.claim
