@@ -33,7 +33,7 @@ declare module 'express-serve-static-core' {
  * })
  * ```
  */
-export function idempotency<Tx = unknown>(options: AdapterOptions<Request, Tx>): RequestHandler {
+export function idempotency<Tx extends RegisteredTx = RegisteredTx>(options: AdapterOptions<Request, Tx>): RequestHandler {
   const resolved = resolveAdapterOptions(options)
   return async function oncelyIdempotency(req: Request, res: Response, next: NextFunction): Promise<void> {
     const route = routePattern(req)
