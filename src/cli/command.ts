@@ -19,6 +19,8 @@ export const EXIT = {
   failure: 1,
   /** Bad usage: unknown flag, missing argument, bad value. */
   usage: 2,
+  /** The database could not be reached: refused, unknown host, no such database, authentication. */
+  unreachable: 3,
 } as const
 
 /** Thrown by a command for bad usage; `main.ts` prints it with the command's help hint. */
