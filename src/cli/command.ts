@@ -12,7 +12,7 @@ export interface Command {
   run(argv: string[]): Promise<number>
 }
 
-/** Exit codes shared by every command (documented in docs/cli.md). */
+/** Exit codes shared by every command (docs/cli.md, "Exit codes"). */
 export const EXIT = {
   ok: 0,
   /** The command ran and its outcome was a failure (a check failed, a request got a 4xx…). */
