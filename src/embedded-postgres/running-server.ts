@@ -1,15 +1,14 @@
 import { readFileSync } from 'node:fs'
-import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 
 /**
  * The PostgreSQL running on `dataDir`, read from its `postmaster.pid` (line 1 the pid, line 4 the
  * port), if that process is alive. PostgreSQL itself keeps this file true while it runs.
  */
-export async function runningServer(dataDir: string): Promise<{ pid: number; port: number } | undefined> {
+export function runningServer(dataDir: string): { pid: number; port: number } | undefined {
   let text: string
   try {
-    text = await readFile(path.join(dataDir, 'postmaster.pid'), 'utf8')
+    text = readFileSync(path.join(dataDir, 'postmaster.pid'), 'utf8')
   } catch {
     return undefined
   }

@@ -28,7 +28,7 @@ export async function openDatabase(options: { databaseUrl: string | undefined; d
     return { url: options.databaseUrl, description: 'PostgreSQL at DATABASE_URL', adopted: false, stop: async () => {} }
   }
   const dataDir = path.resolve(options.dataDir)
-  const orphan = await runningServer(dataDir)
+  const orphan = runningServer(dataDir)
   if (orphan) {
     options.log(`adopting the embedded PostgreSQL left running in ${dataDir} (pid ${orphan.pid}) by a service that stopped without stopping it`)
     return {
@@ -51,7 +51,7 @@ export async function openDatabase(options: { databaseUrl: string | undefined; d
   } finally {
     signalListeners.restore()
   }
-  const pid = (await runningServer(dataDir))?.pid
+  const pid = runningServer(dataDir)?.pid
   return {
     url: embedded.url,
     description: `embedded PostgreSQL in ${dataDir}${pid === undefined ? '' : ` (pid ${pid})`}`,

@@ -10,6 +10,7 @@ import { createChaos } from './chaos.js'
 import type { ServiceConfig } from './config.js'
 import { openDatabase } from './database.js'
 import { claimFolder } from './folder-owner.js'
+import { checkSchemaAtStart } from './schema-check.js'
 import { createProviderClient } from './provider-client.js'
 import { startProviderProcess } from './provider-process.js'
 import { createServiceTables } from './sql.js'
@@ -56,6 +57,7 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
       await migrate({ pool, schema: config.schema })
       await withTransaction(pool, createServiceTables)
     }
+    await checkSchemaAtStart(pool, { schema: config.schema, migrated: config.migrate })
     const provider = config.providerUrl
       ? { url: config.providerUrl, description: `provider at ${config.providerUrl}`, adopted: false, pid: undefined, stop: async () => {} }
       : await startProviderProcess({ host: '127.0.0.1', port: config.providerPort, latencyMs: config.providerLatencyMs, leftover: claim?.previous?.provider, log })

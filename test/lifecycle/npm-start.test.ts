@@ -1,5 +1,7 @@
+import { execFile } from 'node:child_process'
 import { readFile, rm, writeFile } from 'node:fs/promises'
 import path from 'node:path'
+import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { freePort } from '../../src/embedded-postgres/start.js'
 import { buildPackageCopy, type BuiltPackage } from '../helpers/built-package.js'
@@ -14,6 +16,7 @@ import { alivePids, busyPorts, npmStart, npmStartToEnd, processesInGroups, readS
 // PostgreSQL version and use the embedded one, so they run only in the suite's embedded pass
 // (DATABASE_URL unset or empty) and are skipped in the DATABASE_URL pass.
 const enabled = !process.env.DATABASE_URL
+const run = promisify(execFile)
 
 /** The contract: a stop ends everything within 10 s. */
 const STOP_WITHIN_MS = 10_000
@@ -27,7 +30,7 @@ beforeAll(async () => {
   if (!enabled) return
   built = await buildPackageCopy()
   port = await freePort()
-  env = { DATABASE_URL: '', PORT: String(port), PROVIDER_PORT: String(await freePort()), CHAOS: '', HOST: '' }
+  env = { DATABASE_URL: '', ONCELY_SCHEMA: '', ONCELY_DATA_DIR: '', PORT: String(port), PROVIDER_PORT: String(await freePort()), CHAOS: '', HOST: '' }
 }, 120_000)
 
 afterAll(async () => {
@@ -95,6 +98,12 @@ describe.skipIf(!enabled)('npm start: stopping, crashes and a second start (embe
       expect(await alivePids([lines.databasePid, lines.providerPid])).toEqual([lines.databasePid, lines.providerPid])
       expect((await fetch(`${app.url}/healthz`)).status).toBe(200)
       expect((await post(app.url, { user: '2', key: 'after-second-start' })).status).toBe(201)
+
+      // The start lines print the embedded database's URL, and the CLI run in this folder with no
+      // DATABASE_URL finds that database by itself.
+      expect(app.stdout()).toContain(`database: postgres://postgres:oncely@127.0.0.1:${lines.databasePort}/postgres`)
+      const doctor = await run(process.execPath, [path.join(built?.dir ?? '', 'dist/cli/main.js'), 'doctor'], { cwd: built?.dir, env: { ...process.env, ...env } })
+      expect(doctor.stdout).toBe('schema "oncely" matches this version of oncely\n')
     } finally {
       process.kill(app.child.pid ?? 0, 'SIGTERM')
     }
