@@ -16,10 +16,13 @@ export const ERROR_CODES = {
   ONCELY_NOT_IN_TRANSACTION: 'the outbox or the inbox was given a database handle that is not inside a transaction',
   ONCELY_INVALID_EVENT: 'an event given to the outbox is malformed: its type, key, payload or headers',
   ONCELY_PUBLISH_FAILED: 'a publisher could not hand an event to its broker, or the broker refused or returned it',
+  ONCELY_HANDLER_DEADLINE_EXCEEDED: 'the handler held its claim past handlerDeadlineMs; its outcome was abandoned and a retry takes the claim over',
+  ONCELY_INVALID_SCOPE: 'the scope given to the engine is not a non-empty string or a finite number',
   ONCELY_RESPONSE_NOT_REPLAYABLE: 'a guarded route produced a response that cannot be stored and replayed',
   ONCELY_CLIENT_GAVE_UP: 'the client stopped retrying: attempts or deadline exhausted; every attempt is attached',
   ONCELY_CLIENT_OPERATION_MISMATCH: 'an operationId was reused with a different request; nothing was sent',
   ONCELY_CLIENT_ABORTED: 'the caller aborted the request through its AbortSignal',
+  ONCELY_CLIENT_REQUEST_FAILED: 'an attempt failed for a reason that is not a network failure, so it was not retried',
   ONCELY_KEY_STORE_FAILED: 'the client key store could not read or persist a key',
 } as const
 
