@@ -13,6 +13,8 @@ const COMMANDS: Record<string, { summary: string }> = {
   request: { summary: 'send a request with a persisted key and safe retries' },
   keys: { summary: 'list, show and release idempotency keys' },
   stats: { summary: 'counts by state, oldest running claim, table size, sweeper lag' },
+  relay: { summary: 'publish the outbox to EVENTS_URL (NATS, RabbitMQ) or the log' },
+  outbox: { summary: 'list dead or waiting events, re-queue dead ones' },
 }
 
 function usage(): string {

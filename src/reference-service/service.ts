@@ -15,6 +15,8 @@ import { createProviderClient } from './provider-client.js'
 import { startProviderProcess } from './provider-process.js'
 import { createServiceTables } from './sql.js'
 import { createServiceMetrics } from './operations.js'
+import { createOutbox } from '../outbox/index.js'
+import { startEventRelay } from './events.js'
 
 export interface RunningService {
   /** `http://HOST:PORT` of the API. */
@@ -80,8 +82,13 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
       chaos: createChaos(config.chaos),
       metrics,
       strategy: config.strategy,
+      outbox: createOutbox({ schema: config.schema, notify: config.outboxNotify }),
       log,
     })
+    if (config.relay) {
+      const events = await startEventRelay({ pool, config, log })
+      cleanups.push(() => events.stop())
+    }
     const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
       const started = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, () => resolve(started))
       started.once('error', reject)
