@@ -12,6 +12,7 @@ const COMMANDS: Record<string, { summary: string }> = {
   request: { summary: 'send a request with a persisted key and safe retries' },
   keys: { summary: 'list, show and release idempotency keys' },
   stats: { summary: 'counts by state, oldest running claim, table size, sweeper lag' },
+  reconcile: { summary: 'settle stuck claims now, printing each decision' },
 }
 
 function usage(): string {

@@ -1,8 +1,11 @@
 import type { MiddlewareHandler } from 'hono'
 import { createMetrics, type OncelyMetrics, type RequestOutcomeEvent } from '../ops/metrics.js'
 import { fingerprintRequest } from '../index.js'
-import type { PostgresStore } from '../store/postgres/index.js'
-import type { PoolLike } from '../store/postgres/index.js'
+import type { Engine } from '../engine/engine.js'
+import { reconcileStuckClaims, type ReconcileReport } from '../ops/reconciler.js'
+import { startReconciler, type ReconcilerLoop } from '../ops/reconciler-loop.js'
+import type { PoolLike, PostgresStore, Queryable } from '../store/postgres/index.js'
+import { chargeReconcileHook } from './charge-reconcile-hook.js'
 import type { ServiceConfig } from './config.js'
 import type { ServiceEnv } from './context.js'
 
@@ -32,4 +35,28 @@ export function observeChargePayload(metrics: OncelyMetrics): MiddlewareHandler<
     }
     await next()
   }
+}
+
+/** The service's in-process reconciler, or none when `RECONCILE_AFTER_MS` is 0. */
+export function startServiceReconciler(options: {
+  engine: Engine<Queryable>
+  pool: PoolLike
+  config: Readonly<ServiceConfig>
+  providerUrl: string
+  metrics: OncelyMetrics
+  log: (line: string) => void
+}): { reconciler: ReconcilerLoop | undefined; runOnce: () => Promise<ReconcileReport[]> } {
+  const { engine, pool, config, providerUrl, metrics, log } = options
+  const reconcileOptions = {
+    engine,
+    database: { pool, schema: config.schema },
+    hook: chargeReconcileHook({ pool, providerUrl }),
+    // With the in-process reconciler off, the console's button still settles claims past 2 × stale.
+    olderThanMs: config.reconcileAfterMs === 0 ? 2 * config.staleAfterMs : config.reconcileAfterMs,
+    onDecision: metrics.onReconcile,
+    log,
+  }
+  if (config.reconcileAfterMs === 0) return { reconciler: undefined, runOnce: () => reconcileStuckClaims(reconcileOptions) }
+  const reconciler = startReconciler({ ...reconcileOptions, intervalMs: Math.max(1, Math.floor(config.reconcileAfterMs / 2)) })
+  return { reconciler, runOnce: () => reconciler.runOnce() }
 }
