@@ -93,7 +93,7 @@ export function createMetrics(options: MetricsOptions = {}): OncelyMetrics {
   const detector = options.repeatedPayloads === false ? undefined : repeatedPayloadDetector(options.repeatedPayloads ?? {})
   const common = { registers: [registry] }
 
-  const requests = new Counter({ ...common, name: `${prefix}requests_total`, help: 'Requests on guarded routes, by outcome: created, replayed, conflict, mismatch, invalid, failed.', labelNames: ['outcome'] })
+  const requests = new Counter({ ...common, name: `${prefix}requests_total`, help: 'Requests on guarded routes, by outcome: created, replayed, conflict, mismatch, invalid, failed, unkeyed (no key, required: false).', labelNames: ['outcome'] })
   const byRoute = new Counter({ ...common, name: `${prefix}route_requests_total`, help: 'Requests on guarded routes, by route and outcome.', labelNames: ['route', 'outcome'] })
   // Every outcome is present from the first scrape, so rates never start from a missing series.
   for (const outcome of REQUEST_OUTCOMES) {

@@ -1,5 +1,5 @@
 /** The outcomes a guarded request can come to; the adapters report one per request. */
-export const REQUEST_OUTCOMES = ['created', 'replayed', 'conflict', 'mismatch', 'invalid', 'failed'] as const
+export const REQUEST_OUTCOMES = ['created', 'replayed', 'conflict', 'mismatch', 'invalid', 'failed', 'unkeyed'] as const
 export type RequestOutcome = (typeof REQUEST_OUTCOMES)[number]
 
 /**

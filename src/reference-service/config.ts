@@ -1,7 +1,7 @@
 import { DEFAULT_STALE_AFTER_MS, DEFAULT_TTL_MS } from '../index.js'
 
-/** The three ways the service can guard `POST /v1/charges`; only the first is oncely. */
-export const STRATEGIES = ['atomic-phases', 'select-for-update', 'claim-in-transaction'] as const
+/** The ways the service can guard `POST /v1/charges`; only the first is oncely, `none` guards nothing. */
+export const STRATEGIES = ['atomic-phases', 'select-for-update', 'claim-in-transaction', 'none'] as const
 export type StrategyName = (typeof STRATEGIES)[number]
 
 /** Everything the reference service reads from its environment and flags, resolved once. */
