@@ -13,6 +13,7 @@ const COMMANDS: Record<string, { summary: string }> = {
   keys: { summary: 'list, show and release idempotency keys' },
   stats: { summary: 'counts by state, oldest running claim, table size, sweeper lag' },
   reconcile: { summary: 'settle stuck claims now, printing each decision' },
+  console: { summary: "the operators' web console against DATABASE_URL" },
 }
 
 function usage(): string {

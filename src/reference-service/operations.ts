@@ -1,4 +1,5 @@
-import type { MiddlewareHandler } from 'hono'
+import type { Hono, MiddlewareHandler } from 'hono'
+import { createConsole } from '../ops/console/console-handler.js'
 import { createMetrics, type OncelyMetrics, type RequestOutcomeEvent } from '../ops/metrics.js'
 import { fingerprintRequest } from '../index.js'
 import type { Engine } from '../engine/engine.js'
@@ -59,4 +60,28 @@ export function startServiceReconciler(options: {
   if (config.reconcileAfterMs === 0) return { reconciler: undefined, runOnce: () => reconcileStuckClaims(reconcileOptions) }
   const reconciler = startReconciler({ ...reconcileOptions, intervalMs: Math.max(1, Math.floor(config.reconcileAfterMs / 2)) })
   return { reconciler, runOnce: () => reconciler.runOnce() }
+}
+
+const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '::1'])
+
+/**
+ * `GET /console`: the operators' page. On a non-loopback `HOST` it is served only with
+ * `CONSOLE_TOKEN` set; with the token set it is required on any host.
+ */
+export function mountServiceConsole(
+  app: Hono<ServiceEnv>,
+  options: { pool: PoolLike; config: Readonly<ServiceConfig>; metrics: OncelyMetrics; reconcile: () => Promise<ReconcileReport[]>; log: (line: string) => void },
+): void {
+  const { pool, config, metrics, reconcile, log } = options
+  const operatorConsole = createConsole({
+    database: { pool, schema: config.schema },
+    staleAfterMs: config.staleAfterMs,
+    exposed: !LOOPBACK_HOSTS.has(config.host),
+    ...(config.consoleToken === undefined ? {} : { token: config.consoleToken }),
+    outcomeTotals: metrics.outcomeTotals,
+    reconcile,
+    log,
+  })
+  app.all('/console', (c) => operatorConsole.fetch(c.req.raw))
+  app.all('/console/*', (c) => operatorConsole.fetch(c.req.raw))
 }

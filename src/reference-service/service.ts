@@ -11,7 +11,7 @@ import { openDatabase } from './database.js'
 import { createProviderClient } from './provider-client.js'
 import { startProviderProcess } from './provider-process.js'
 import { createServiceTables } from './sql.js'
-import { createServiceMetrics, startServiceReconciler } from './operations.js'
+import { createServiceMetrics, mountServiceConsole, startServiceReconciler } from './operations.js'
 
 export interface RunningService {
   /** `http://HOST:PORT` of the API. */
@@ -67,6 +67,7 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
     })
     const operations = startServiceReconciler({ engine, pool, config, providerUrl: provider.url, metrics, log })
     cleanups.push(async () => operations.reconciler?.stop())
+    mountServiceConsole(app, { pool, config, metrics, reconcile: operations.runOnce, log })
     const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
       const started = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, () => resolve(started))
       started.once('error', reject)

@@ -1,13 +1,11 @@
-import path from 'node:path'
-import { pathToFileURL } from 'node:url'
 import { parseArgs } from 'node:util'
 import { createEngine, DEFAULT_TTL_MS } from '../../index.js'
-import { reconcileStuckClaims, type ReconcileHook, type ReconcileReport } from '../../ops/reconciler.js'
-import { chargeReconcileHook } from '../../reference-service/charge-reconcile-hook.js'
-import { createPostgresStore, type PoolLike, type Queryable } from '../../store/postgres/index.js'
+import { reconcileStuckClaims, type ReconcileReport } from '../../ops/reconciler.js'
+import { createPostgresStore, type Queryable } from '../../store/postgres/index.js'
 import { EXIT, UsageError, type Command } from '../command.js'
 import { DATABASE_FLAGS, DATABASE_HELP, openDatabase } from '../database.js'
 import { OPS_FLAGS, OPS_HELP, staleAfterFrom, writeJson } from '../ops-output.js'
+import { reconcileHookFrom } from '../reconcile-hook-loader.js'
 
 export const command: Command = {
   name: 'reconcile',
@@ -47,7 +45,7 @@ exit codes: 0 done (every decision printed), 1 a hook failed or the database fai
     const ttlMs = wholeNumber('IDEMPOTENCY_TTL_MS', process.env.IDEMPOTENCY_TTL_MS?.trim() || undefined, DEFAULT_TTL_MS)
     const { pool, schema } = openDatabase(values)
     try {
-      const hook = values.hook === undefined ? chargeReconcileHook({ pool, providerUrl: values['provider-url'] ?? (process.env.PROVIDER_URL?.trim() || 'http://127.0.0.1:3001') }) : await loadHook(values.hook, pool, schema)
+      const hook = await reconcileHookFrom(values, pool, schema)
       const engine = createEngine<Queryable>({ store: createPostgresStore({ pool, schema }), staleAfterMs, ttlMs })
       const reports = await reconcileStuckClaims({ engine, database: { pool, schema }, hook, olderThanMs, limit, log: () => {} })
       if (values.json) writeJson(reports)
@@ -65,21 +63,6 @@ exit codes: 0 done (every decision printed), 1 a hook failed or the database fai
 
 function reportLine(report: ReconcileReport): string {
   return `${report.decision.padEnd(10)} user=${report.scope} key=${JSON.stringify(report.key)} claim=${report.claimId}: ${report.detail}`
-}
-
-async function loadHook(file: string, pool: PoolLike, schema: string): Promise<ReconcileHook<Queryable>> {
-  let loaded: { default?: unknown; createReconcileHook?: unknown }
-  try {
-    loaded = (await import(pathToFileURL(path.resolve(file)).href)) as typeof loaded
-  } catch (error) {
-    throw new UsageError(`--hook ${file} could not be loaded: ${(error as Error).message}`)
-  }
-  if (typeof loaded.createReconcileHook === 'function') {
-    const hook = (await (loaded.createReconcileHook as (context: { pool: PoolLike; schema: string }) => unknown)({ pool, schema }))
-    if (typeof hook === 'function') return hook as ReconcileHook<Queryable>
-  }
-  if (typeof loaded.default === 'function') return loaded.default as ReconcileHook<Queryable>
-  throw new UsageError(`--hook ${file} must export a default hook function, or createReconcileHook({ pool, schema })`)
 }
 
 function wholeNumber(name: string, raw: string | undefined, fallback: number): number {
