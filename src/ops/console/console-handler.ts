@@ -21,7 +21,7 @@ export interface ConsoleOptions {
    * which sets an HttpOnly, SameSite=Strict cookie. Without it the console answers only
    * requests addressed to a loopback host name. (Default: none)
    */
-  token?: string
+  token?: string | undefined
   /** True when the server listens on a non-loopback interface: the console is then refused unless `token` is set. (Default: false) */
   exposed?: boolean
   /** Request totals by outcome, for the live rates (e.g. read from the metrics registry). (Default: none) */
