@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprintRequest } from '../../src/index.js'
 import { createConsole } from '../../src/ops/console/console-handler.js'
@@ -26,8 +27,8 @@ describe('the console handler', () => {
   it('refuses a change without the CSRF token or from another origin, and makes it with both', async () => {
     const { store } = engineOn(db)
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/x', body: null })
-    const claimed = await store.claim({ scope: 'c1', key: 'k', fingerprint }, { ttlMs: 86_400_000, staleAfterMs: 1000 })
-    expect(claimed.kind).toBe('claimed')
+    const claimed = await store.claim({ scope: 'c1', key: 'k', fingerprint, ttlMs: 86_400_000, claimId: randomUUID(), fenceToken: randomUUID() })
+    expect(claimed.kind).toBe('inserted')
     await ageClaim(db, 'c1', 'k')
     const operatorConsole = createConsole({ database: { pool: db.pool, schema: db.schema }, staleAfterMs: 1000, log: quiet })
     const csrf = await csrfOf(operatorConsole)

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
@@ -116,8 +117,8 @@ describe('oncely reconcile', () => {
     const { store } = engineOn(db)
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000 } })
     for (const key of ['on-demand', 'own-hook']) {
-      const claimed = await store.claim({ scope: user, key, fingerprint }, { ttlMs: 86_400_000, staleAfterMs: STALE_AFTER_MS })
-      if (claimed.kind !== 'claimed') throw new Error('no claim')
+      const claimed = await store.claim({ scope: user, key, fingerprint, ttlMs: 86_400_000, claimId: randomUUID(), fenceToken: randomUUID() })
+      if (claimed.kind !== 'inserted') throw new Error('no claim')
       if (key === 'on-demand') {
         const answer = await fetch(`${provider.url}/v1/charges`, {
           method: 'POST',
