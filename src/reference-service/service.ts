@@ -56,10 +56,12 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
     const engine = createEngine<Queryable>({ store, ttlMs: config.ttlMs, staleAfterMs: config.staleAfterMs })
     const metrics = createMetrics({ store, staleAfterMs: config.staleAfterMs })
     collectDefaultMetrics({ register: metrics.registry })
+    const providerClient = createProviderClient(provider.url, { timeoutMs: 30_000 + config.providerLatencyMs })
+    cleanups.push(async () => providerClient.close())
     const app = createServiceApp({
       pool,
       engine,
-      provider: createProviderClient(provider.url, { timeoutMs: 30_000 + config.providerLatencyMs }),
+      provider: providerClient,
       chaos: createChaos(config.chaos),
       metrics,
       strategy: config.strategy,
