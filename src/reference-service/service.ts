@@ -5,6 +5,7 @@ import { collectDefaultMetrics } from 'prom-client'
 import { createEngine } from '../index.js'
 import { createPostgresStore, migrate, withTransaction, type Queryable } from '../store/postgres/index.js'
 import { createServiceApp } from './app.js'
+import { storeWithCache } from './cache.js'
 import { createChaos } from './chaos.js'
 import type { ServiceConfig } from './config.js'
 import { openDatabase } from './database.js'
@@ -52,7 +53,9 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
       : await startProviderProcess({ host: '127.0.0.1', port: config.providerPort, latencyMs: config.providerLatencyMs, log })
     cleanups.push(() => provider.stop())
 
-    const store = createPostgresStore({ pool, schema: config.schema })
+    const cached = await storeWithCache(config, createPostgresStore({ pool, schema: config.schema }), log)
+    cleanups.push(() => cached.close())
+    const store = cached.store
     const engine = createEngine<Queryable>({ store, ttlMs: config.ttlMs, staleAfterMs: config.staleAfterMs })
     const metrics = createServiceMetrics({ pool, store, config, log })
     collectDefaultMetrics({ register: metrics.registry })
