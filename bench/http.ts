@@ -116,25 +116,36 @@ function headers(key: string): Record<string, string> {
 
 const EXPECTED: Record<Kind, number> = { fresh: 201, replay: 201, conflict: 409 }
 let sequence = 0
-let databaseCpu: { cpuMs(): Promise<number>; close(): Promise<void> } = { cpuMs: async () => 0, close: async () => {} }
+let databaseCpu: { sample(): Promise<Map<number, number>>; close(): Promise<void> } = { sample: async () => new Map(), close: async () => {} }
 
 /**
- * The CPU time of the PostgreSQL backends connected to the bench's database (the services' pools
- * open them at warm-up and keep them), read from /proc: what a request costs the database.
+ * The CPU time of each PostgreSQL backend connected to the bench's database, read from /proc:
+ * what a request costs the database. Backends come and go with the pools, so a run's cost is
+ * the sum over the backends alive at its end of what each used since its start (or since it
+ * opened).
  */
-function backendsCpu(databaseUrl: string): { cpuMs(): Promise<number>; close(): Promise<void> } {
+function backendsCpu(databaseUrl: string): { sample(): Promise<Map<number, number>>; close(): Promise<void> } {
   const client = new pg.Client({ connectionString: databaseUrl })
   const connected = client.connect()
   return {
-    async cpuMs() {
+    async sample() {
       await connected
       const { rows } = await client.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')
-      let total = 0
-      for (const { pid } of rows) total += await processCpuMs(pid).catch(() => 0)
-      return total
+      const sample = new Map<number, number>()
+      for (const { pid } of rows) {
+        const ms = await processCpuMs(pid).catch(() => undefined)
+        if (ms !== undefined) sample.set(pid, ms)
+      }
+      return sample
     },
     close: () => client.end(),
   }
+}
+
+function usedSince(before: Map<number, number>, after: Map<number, number>): number {
+  let total = 0
+  for (const [pid, ms] of after) total += ms - (before.get(pid) ?? 0)
+  return total
 }
 
 /** One autocannon run on `variant`: every request with `key`, or each with a new key when there is none. */
@@ -142,7 +153,7 @@ async function load(variant: Variant, key: string | undefined, options: { second
   const prefix = `fresh-${process.pid}-${sequence++}-`
   let n = 0
   const cpuBefore = await variant.service.cpuMs()
-  const databaseBefore = await databaseCpu.cpuMs()
+  const databaseBefore = await databaseCpu.sample()
   const result = await autocannon({
     url: `${variant.service.url}/v1/charges`,
     connections: options.connections,
@@ -158,7 +169,7 @@ async function load(variant: Variant, key: string | undefined, options: { second
     ],
   })
   const cpuMs = (await variant.service.cpuMs()) - cpuBefore
-  const databaseMs = (await databaseCpu.cpuMs()) - databaseBefore
+  const databaseMs = usedSince(databaseBefore, await databaseCpu.sample())
   const statuses = Object.keys(result.statusCodeStats)
   if (result.errors > 0 || statuses.some((s) => Number(s) !== EXPECTED[variant.kind])) {
     throw new Error(`${variant.name}: expected only ${EXPECTED[variant.kind]}, got ${JSON.stringify(result.statusCodeStats)} and ${result.errors} errors`)
