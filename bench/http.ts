@@ -8,7 +8,8 @@ import { median } from './stats.js'
 const USER = 'Bearer demo_7'
 const BODY = '{"amount":1000,"currency":"usd","customer":"cus_bench"}'
 const HOLD_MS = 3_600_000
-const SCHEMA = 'bench_http'
+// A schema of the run's own: the Redis entries of a run are its own too, and deleted at its end.
+const SCHEMA = `bench_http_${process.pid}`
 
 type Kind = 'fresh' | 'replay' | 'conflict'
 
@@ -107,6 +108,23 @@ export async function httpBench(databaseUrl: string, options: HttpOptions): Prom
     return report(variants, closed, fixed, rate, options.connections)
   } finally {
     for (const process of started.reverse()) await process.stop()
+    if (options.redisUrl) await deleteEntries(options.redisUrl)
+  }
+}
+
+/** The run's cache entries (namespace = its schema): the shared Redis keeps nothing of a bench. */
+async function deleteEntries(redisUrl: string): Promise<void> {
+  const { Redis } = await import('ioredis')
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 })
+  try {
+    let cursor = '0'
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `oncely:${SCHEMA}:*`, 'COUNT', 1000)
+      cursor = next
+      if (keys.length > 0) await redis.del(...keys)
+    } while (cursor !== '0')
+  } finally {
+    redis.disconnect()
   }
 }
 
