@@ -40,6 +40,12 @@ export interface ServiceConfig {
   redisUrl: string | undefined
   /** The HMAC secret of the cache's entries, shared by every process using the cache. (Default: a random one per process) */
   cacheSecret: string | undefined
+  /** Where the in-process relay publishes the outbox: `nats://…` or `amqp://…`; none: to the log. (Default: none) */
+  eventsUrl: string | undefined
+  /** Run the outbox relay in-process; turn off when `oncely relay` runs beside it. (Default: true) */
+  relay: boolean
+  /** NOTIFY the relay in each completion transaction (it serialises commits); off, the relay's poll bounds the latency. (Default: true) */
+  outboxNotify: boolean
 }
 
 /** A bad setting: the service refuses to start and names it. */
@@ -67,6 +73,9 @@ export const ENV = {
   consoleToken: 'CONSOLE_TOKEN',
   redisUrl: 'REDIS_URL',
   cacheSecret: 'ONCELY_CACHE_SECRET',
+  eventsUrl: 'EVENTS_URL',
+  relay: 'ONCELY_RELAY',
+  outboxNotify: 'OUTBOX_NOTIFY',
 } as const
 
 /**
@@ -101,11 +110,15 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
     consoleToken: read(ENV.consoleToken),
     redisUrl: read(ENV.redisUrl),
     cacheSecret: read(ENV.cacheSecret),
+    eventsUrl: read(ENV.eventsUrl),
+    relay: read(ENV.relay) === undefined ? true : flag(ENV.relay, read(ENV.relay)),
+    outboxNotify: read(ENV.outboxNotify) === undefined ? true : flag(ENV.outboxNotify, read(ENV.outboxNotify)),
     ...dropUndefined(overrides),
   }
   if (config.providerUrl !== undefined) checkUrl(ENV.providerUrl, config.providerUrl)
   if (config.redisUrl !== undefined) checkUrl(ENV.redisUrl, config.redisUrl, ['redis:', 'rediss:'])
   if (config.cacheSecret !== undefined && Buffer.byteLength(config.cacheSecret) < 16) throw new ConfigError(`${ENV.cacheSecret} must be at least 16 bytes`)
+  if (config.eventsUrl !== undefined && !/^(nats|amqps?):\/\/./.test(config.eventsUrl)) throw new ConfigError(`${ENV.eventsUrl} must be a nats:// or amqp:// URL`)
   // A lower threshold would let the reconciler take over a claim whose owner still renews it.
   if (config.reconcileAfterMs !== 0 && config.reconcileAfterMs < config.staleAfterMs) {
     throw new ConfigError(`${ENV.reconcileAfterMs} must be 0 or at least ${ENV.staleAfterMs} (${config.staleAfterMs}); got ${config.reconcileAfterMs}`)
