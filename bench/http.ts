@@ -1,14 +1,15 @@
 import autocannon from 'autocannon'
 import pg from 'pg'
 import { interleaved } from './closed-loop.js'
-import { startCli, type BenchProcess } from './processes.js'
+import { processCpuMs, startCli, type BenchProcess } from './processes.js'
 import { figure, type Figure } from './report.js'
 import { median } from './stats.js'
 
 const USER = 'Bearer demo_7'
 const BODY = '{"amount":1000,"currency":"usd","customer":"cus_bench"}'
 const HOLD_MS = 3_600_000
-const SCHEMA = 'bench_http'
+// A schema of the run's own: the Redis entries of a run are its own too, and deleted at its end.
+const SCHEMA = `bench_http_${process.pid}`
 
 type Kind = 'fresh' | 'replay' | 'conflict'
 
@@ -24,6 +25,8 @@ interface Run {
   p50: number
   p99: number
   cpuMsPerRequest: number
+  /** CPU of the PostgreSQL backends serving the bench's database, per request. */
+  databaseCpuMsPerRequest: number
 }
 
 export interface HttpOptions {
@@ -88,6 +91,7 @@ export async function httpBench(databaseUrl: string, options: HttpOptions): Prom
     const prepare = async (variant: Variant) => (variant.kind === 'conflict' ? hold(variant.service) : variant.kind === 'replay' ? 'bench-replay' : undefined)
     for (const variant of variants) await load(variant, await prepare(variant), { seconds: 2, connections: options.connections })
 
+    databaseCpu = backendsCpu(databaseUrl)
     const closed = new Map<string, Run[]>(variants.map((v) => [v.name, []]))
     await interleaved(options.rounds, variants, async (variant) => {
       closed.get(variant.name)?.push(await load(variant, await prepare(variant), { seconds: options.seconds, connections: options.connections }))
@@ -100,9 +104,27 @@ export async function httpBench(databaseUrl: string, options: HttpOptions): Prom
     })
     held.abort()
     await Promise.all(holding)
+    await databaseCpu.close()
     return report(variants, closed, fixed, rate, options.connections)
   } finally {
     for (const process of started.reverse()) await process.stop()
+    if (options.redisUrl) await deleteEntries(options.redisUrl)
+  }
+}
+
+/** The run's cache entries (namespace = its schema): the shared Redis keeps nothing of a bench. */
+async function deleteEntries(redisUrl: string): Promise<void> {
+  const { Redis } = await import('ioredis')
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 })
+  try {
+    let cursor = '0'
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `oncely:${SCHEMA}:*`, 'COUNT', 1000)
+      cursor = next
+      if (keys.length > 0) await redis.del(...keys)
+    } while (cursor !== '0')
+  } finally {
+    redis.disconnect()
   }
 }
 
@@ -112,12 +134,44 @@ function headers(key: string): Record<string, string> {
 
 const EXPECTED: Record<Kind, number> = { fresh: 201, replay: 201, conflict: 409 }
 let sequence = 0
+let databaseCpu: { sample(): Promise<Map<number, number>>; close(): Promise<void> } = { sample: async () => new Map(), close: async () => {} }
+
+/**
+ * The CPU time of each PostgreSQL backend connected to the bench's database, read from /proc:
+ * what a request costs the database. Backends come and go with the pools, so a run's cost is
+ * the sum over the backends alive at its end of what each used since its start (or since it
+ * opened).
+ */
+function backendsCpu(databaseUrl: string): { sample(): Promise<Map<number, number>>; close(): Promise<void> } {
+  const client = new pg.Client({ connectionString: databaseUrl })
+  const connected = client.connect()
+  return {
+    async sample() {
+      await connected
+      const { rows } = await client.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')
+      const sample = new Map<number, number>()
+      for (const { pid } of rows) {
+        const ms = await processCpuMs(pid).catch(() => undefined)
+        if (ms !== undefined) sample.set(pid, ms)
+      }
+      return sample
+    },
+    close: () => client.end(),
+  }
+}
+
+function usedSince(before: Map<number, number>, after: Map<number, number>): number {
+  let total = 0
+  for (const [pid, ms] of after) total += ms - (before.get(pid) ?? 0)
+  return total
+}
 
 /** One autocannon run on `variant`: every request with `key`, or each with a new key when there is none. */
 async function load(variant: Variant, key: string | undefined, options: { seconds: number; connections: number; rate?: number }): Promise<Run> {
   const prefix = `fresh-${process.pid}-${sequence++}-`
   let n = 0
   const cpuBefore = await variant.service.cpuMs()
+  const databaseBefore = await databaseCpu.sample()
   const result = await autocannon({
     url: `${variant.service.url}/v1/charges`,
     connections: options.connections,
@@ -133,11 +187,12 @@ async function load(variant: Variant, key: string | undefined, options: { second
     ],
   })
   const cpuMs = (await variant.service.cpuMs()) - cpuBefore
+  const databaseMs = usedSince(databaseBefore, await databaseCpu.sample())
   const statuses = Object.keys(result.statusCodeStats)
   if (result.errors > 0 || statuses.some((s) => Number(s) !== EXPECTED[variant.kind])) {
     throw new Error(`${variant.name}: expected only ${EXPECTED[variant.kind]}, got ${JSON.stringify(result.statusCodeStats)} and ${result.errors} errors`)
   }
-  return { perSecond: result.requests.total / result.duration, p50: result.latency.p50, p99: result.latency.p99, cpuMsPerRequest: cpuMs / Math.max(1, result.requests.total) }
+  return { perSecond: result.requests.total / result.duration, p50: result.latency.p50, p99: result.latency.p99, cpuMsPerRequest: cpuMs / Math.max(1, result.requests.total), databaseCpuMsPerRequest: databaseMs / Math.max(1, result.requests.total) }
 }
 
 function runsOf(runs: Map<string, Run[]>, name: string): Run[] {
@@ -172,7 +227,14 @@ function report(variants: readonly Variant[], closed: Map<string, Run[]>, fixed:
     const runs = runsOf(closed, v.name)
     figures.push(
       figure(
-        { section: `${section}: CPU of the API process per request`, name: `${v.name}: CPU-ms/request`, unit: 'ms', runs: runs.map((r) => r.cpuMsPerRequest), baseline: { name: 'none', value: median(base.map((r) => r.cpuMsPerRequest)) } },
+        {
+          section: `${section}: CPU of the API process per request`,
+          name: `${v.name}: CPU-ms/request`,
+          unit: 'ms',
+          runs: runs.map((r) => r.cpuMsPerRequest),
+          baseline: { name: 'none', value: median(base.map((r) => r.cpuMsPerRequest)) },
+          extra: { 'PostgreSQL CPU-ms/request': median(runs.map((r) => r.databaseCpuMsPerRequest)), 'none: PostgreSQL CPU-ms/request': median(base.map((r) => r.databaseCpuMsPerRequest)) },
+        },
         median(runs.map((r) => r.cpuMsPerRequest)),
       ),
     )

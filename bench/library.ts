@@ -1,6 +1,8 @@
+import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import { createEngine, fingerprintRequest, type StoredResponse } from '../src/index.js'
 import { createPostgresStore, migrate, type Queryable } from '../src/store/postgres/index.js'
+import { DEFAULT_LOCK_TIMEOUT_MS } from '../src/store/postgres/store.js'
 import { quoteSchema } from '../src/store/postgres/schema-name.js'
 import { buildStatements, type ClaimRow, type Statement } from '../src/store/postgres/statements.js'
 import { closedLoop, interleaved } from './closed-loop.js'
@@ -27,8 +29,8 @@ export async function libraryBench(url: string, options: { concurrency: number; 
     const sql = buildStatements(quoteSchema(SCHEMA), 'bench_raw')
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000 } })
     const ttlMs = engine.options.ttlMs
-    const staleAfterMs = engine.options.staleAfterMs
-    const claim = (key: string) => pool.query<ClaimRow>(bind(sql.claim, ['u', key, fingerprint, ttlMs, staleAfterMs]))
+    // The values the store binds: the claim's identity and token are minted by the caller.
+    const claim = (key: string, token = randomUUID()) => pool.query<ClaimRow>(bind(sql.claim, ['u', key, fingerprint, ttlMs, randomUUID(), token, DEFAULT_LOCK_TIMEOUT_MS]))
 
     const done = await engine.begin({ scope: 'u', key: 'done', fingerprint })
     if (done.kind === 'execute') await done.execution.complete(response)
@@ -36,9 +38,11 @@ export async function libraryBench(url: string, options: { concurrency: number; 
 
     const ops: Record<Variant, (i: number, round: number) => Promise<void>> = {
       'raw fresh': async (i, round) => {
-        const row = (await claim(`raw-${round}-${i}`)).rows[0]
+        const token = randomUUID()
+        const row = (await claim(`raw-${round}-${i}`, token)).rows[0]
+        if (row?.outcome !== 'claimed') throw new Error('a fresh key was not claimed')
         const body = Buffer.from(response.body)
-        await pool.query(bind(sql.complete, ['u', `raw-${round}-${i}`, row?.lock_token, 'completed', response.status, JSON.stringify(response.headers), body]))
+        await pool.query(bind(sql.complete, ['u', `raw-${round}-${i}`, token, 'completed', response.status, JSON.stringify(response.headers), body]))
       },
       'engine fresh': async (i, round) => {
         const decision = await engine.begin({ scope: 'u', key: `engine-${round}-${i}`, fingerprint })

@@ -54,7 +54,10 @@ export function table(figures: readonly Figure[], extraColumns: readonly string[
       `${formatNumber(f.baseline.value)} ${f.unit} (${f.baseline.name})`,
       `${f.ratio.toFixed(2)}×`,
       verdict(f),
-      ...extraColumns.map((c) => String(f.extra?.[c] ?? '')),
+      ...extraColumns.map((c) => {
+        const cell = f.extra?.[c] ?? ''
+        return typeof cell === 'number' ? formatNumber(cell) : cell
+      }),
     ]
     lines.push(`| ${cells.join(' | ')} |`)
   }

@@ -36,6 +36,10 @@ export interface ServiceConfig {
   reconcileAfterMs: number
   /** Serves `/console` on a non-loopback host, and requires it on any. (Default: none) */
   consoleToken: string | undefined
+  /** A Redis used only as a cache in front of PostgreSQL. (Default: none) */
+  redisUrl: string | undefined
+  /** The HMAC secret of the cache's entries, shared by every process using the cache. (Default: a random one per process) */
+  cacheSecret: string | undefined
   /** Where the in-process relay publishes the outbox: `nats://…` or `amqp://…`; none: to the log. (Default: none) */
   eventsUrl: string | undefined
   /** Run the outbox relay in-process; turn off when `oncely relay` runs beside it. (Default: true) */
@@ -67,6 +71,8 @@ export const ENV = {
   chaos: 'CHAOS',
   reconcileAfterMs: 'RECONCILE_AFTER_MS',
   consoleToken: 'CONSOLE_TOKEN',
+  redisUrl: 'REDIS_URL',
+  cacheSecret: 'ONCELY_CACHE_SECRET',
   eventsUrl: 'EVENTS_URL',
   relay: 'ONCELY_RELAY',
   outboxNotify: 'OUTBOX_NOTIFY',
@@ -102,12 +108,16 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
     migrate: true,
     reconcileAfterMs: integer(ENV.reconcileAfterMs, read(ENV.reconcileAfterMs), 2 * staleAfterMs, { min: 0 }),
     consoleToken: read(ENV.consoleToken),
+    redisUrl: read(ENV.redisUrl),
+    cacheSecret: read(ENV.cacheSecret),
     eventsUrl: read(ENV.eventsUrl),
     relay: read(ENV.relay) === undefined ? true : flag(ENV.relay, read(ENV.relay)),
     outboxNotify: read(ENV.outboxNotify) === undefined ? true : flag(ENV.outboxNotify, read(ENV.outboxNotify)),
     ...dropUndefined(overrides),
   }
   if (config.providerUrl !== undefined) checkUrl(ENV.providerUrl, config.providerUrl)
+  if (config.redisUrl !== undefined) checkUrl(ENV.redisUrl, config.redisUrl, ['redis:', 'rediss:'])
+  if (config.cacheSecret !== undefined && Buffer.byteLength(config.cacheSecret) < 16) throw new ConfigError(`${ENV.cacheSecret} must be at least 16 bytes`)
   if (config.eventsUrl !== undefined && !/^(nats|amqps?):\/\/./.test(config.eventsUrl)) throw new ConfigError(`${ENV.eventsUrl} must be a nats:// or amqp:// URL`)
   // A lower threshold would let the reconciler take over a claim whose owner still renews it.
   if (config.reconcileAfterMs !== 0 && config.reconcileAfterMs < config.staleAfterMs) {
@@ -133,12 +143,12 @@ function flag(name: string, raw: string | undefined): boolean {
   throw new ConfigError(`${name} must be 1 or 0; got ${JSON.stringify(raw)}`)
 }
 
-function checkUrl(name: string, raw: string): void {
+function checkUrl(name: string, raw: string, protocols = ['http:', 'https:']): void {
   try {
     const url = new URL(raw)
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('not http')
+    if (!protocols.includes(url.protocol)) throw new Error('another protocol')
   } catch {
-    throw new ConfigError(`${name} must be an http(s) URL; got ${JSON.stringify(raw)}`)
+    throw new ConfigError(`${name} must be a ${protocols.map((p) => p.slice(0, -1)).join(' or ')} URL; got ${JSON.stringify(raw)}`)
   }
 }
 

@@ -6,6 +6,7 @@ import { collectDefaultMetrics } from 'prom-client'
 import { createEngine } from '../index.js'
 import { createPostgresStore, migrate, withTransaction, type Queryable } from '../store/postgres/index.js'
 import { createServiceApp } from './app.js'
+import { storeWithCache } from './cache.js'
 import { createChaos } from './chaos.js'
 import type { ServiceConfig } from './config.js'
 import { openDatabase } from './database.js'
@@ -71,14 +72,18 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
     }
     await claim?.publish(record)
 
-    const store = createPostgresStore({ pool, schema: config.schema })
+    const cached = await storeWithCache(config, createPostgresStore({ pool, schema: config.schema }), log)
+    cleanups.push({ stop: () => cached.close() })
+    const store = cached.store
     const engine = createEngine<Queryable>({ store, ttlMs: config.ttlMs, staleAfterMs: config.staleAfterMs })
     const metrics = createServiceMetrics({ pool, store, config, log })
     collectDefaultMetrics({ register: metrics.registry })
+    const providerClient = createProviderClient(provider.url, { timeoutMs: 30_000 + config.providerLatencyMs })
+    cleanups.push({ stop: async () => providerClient.close() })
     const app = createServiceApp({
       pool,
       engine,
-      provider: createProviderClient(provider.url, { timeoutMs: 30_000 + config.providerLatencyMs }),
+      provider: providerClient,
       chaos: createChaos(config.chaos),
       metrics,
       strategy: config.strategy,

@@ -26,6 +26,8 @@ flags (each overrides the environment variable named after it):
                               select-for-update or claim-in-transaction (the
                               article's broken designs, never for production),
                               none (no idempotency: the benchmarks' baseline)
+  --redis-url URL             REDIS_URL: a Redis as a cache in front of PostgreSQL
+                              (entries signed with ONCELY_CACHE_SECRET)
   --chaos                     CHAOS=1: honour X-Chaos-Crash: after-claim|after-provider
   --no-migrate                do not apply the migrations at start
 
@@ -47,6 +49,7 @@ const FLAGS: Record<string, keyof typeof ENV> = {
   'stale-after-ms': 'staleAfterMs',
   'ttl-ms': 'ttlMs',
   strategy: 'strategy',
+  'redis-url': 'redisUrl',
 }
 
 export const command: Command = {

@@ -1,0 +1,82 @@
+/**
+ * `node --import tsx bench/profile.ts [--strategy S] [--seconds N]`: runs the reference service
+ * under `node --cpu-prof`, loads it with fresh charges (32 connections), stops it, and prints
+ * where its CPU went: self time by package or source file, and the top functions. What issue 11
+ * asks to look at before changing the hot path.
+ */
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { parseArgs } from 'node:util'
+import autocannon from 'autocannon'
+import { openBenchDatabase } from './database.js'
+import { startCli } from './processes.js'
+
+interface ProfileNode {
+  id: number
+  callFrame: { functionName: string; url: string; lineNumber: number }
+  hitCount?: number
+}
+interface Profile {
+  nodes: ProfileNode[]
+  samples: number[]
+  timeDeltas: number[]
+}
+
+const { values } = parseArgs({ options: { strategy: { type: 'string', default: 'atomic-phases' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' } } })
+const database = await openBenchDatabase()
+const directory = await mkdtemp(path.join(tmpdir(), 'oncely-profile-'))
+const provider = await startCli(['provider', '--port', '0', '--latency-ms', '0'])
+try {
+  const service = await startCli(
+    ['serve', '--port', '0', '--database-url', database.url, '--schema', 'bench_profile', '--provider-url', provider.url, '--strategy', values.strategy],
+    {},
+    ['--cpu-prof', `--cpu-prof-dir=${directory}`],
+  )
+  let n = 0
+  const headers = (key: string) => ({ authorization: 'Bearer demo_7', 'content-type': 'application/json', 'idempotency-key': key })
+  const result = await autocannon({
+    url: `${service.url}/v1/charges`,
+    connections: 32,
+    duration: Number(values.seconds),
+    requests: [{ method: 'POST', body: '{"amount":1000,"currency":"usd","customer":"cus_bench"}', headers: headers(''), setupRequest: (request) => ({ ...request, headers: headers(`p-${n++}`) }) }],
+  })
+  await service.stop()
+  process.stdout.write(`${values.strategy}: ${(result.requests.total / result.duration).toFixed(0)} req/s, statuses ${JSON.stringify(result.statusCodeStats)}\n`)
+  const file = (await readdir(directory)).find((f) => f.endsWith('.cpuprofile'))
+  if (!file) throw new Error('the service wrote no profile')
+  summarise(JSON.parse(await readFile(path.join(directory, file), 'utf8')) as Profile, Number(values.top))
+} finally {
+  await provider.stop()
+  await database.close()
+  await rm(directory, { recursive: true, force: true })
+}
+
+function summarise(profile: Profile, top: number): void {
+  const byId = new Map(profile.nodes.map((node) => [node.id, node]))
+  const selfMs = new Map<number, number>()
+  profile.samples.forEach((id, i) => selfMs.set(id, (selfMs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0) / 1000))
+  const total = [...selfMs.values()].reduce((a, b) => a + b, 0)
+  const group = (key: (node: ProfileNode) => string) => {
+    const sums = new Map<string, number>()
+    for (const [id, ms] of selfMs) {
+      const node = byId.get(id)
+      if (node) sums.set(key(node), (sums.get(key(node)) ?? 0) + ms)
+    }
+    return [...sums].sort((a, b) => b[1] - a[1]).slice(0, top)
+  }
+  const where = (node: ProfileNode) => {
+    const url = node.callFrame.url
+    if (url === '') return `(${node.callFrame.functionName || 'native'})`
+    const modules = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)
+    if (modules?.[1]) return modules[1]
+    if (url.startsWith('node:')) return url
+    return url.replace(/^.*\/src\//, 'src/')
+  }
+  const print = (title: string, rows: Array<[string, number]>) => {
+    process.stdout.write(`\n${title}\n`)
+    for (const [name, ms] of rows) process.stdout.write(`${((ms / total) * 100).toFixed(1).padStart(5)} %  ${name}\n`)
+  }
+  print(`self time by package or file (of ${total.toFixed(0)} ms sampled)`, group(where))
+  print('top functions by self time', group((node) => `${node.callFrame.functionName || '(anonymous)'}  ${where(node)}:${node.callFrame.lineNumber + 1}`))
+}

@@ -1,0 +1,115 @@
+import type { StoredResponse } from '../engine/types.js'
+import { decodeEntry, encodeEntry, EVICTED, type CacheEntry } from './entry.js'
+import { resolveRedisCacheOptions, type RedisCacheOptions, type ResolvedRedisCacheOptions } from './options.js'
+
+/** Entries are written to expire this much before what they are bounded by: clocks and round trips are not exact. */
+const MARGIN_MS = 200
+
+/**
+ * The Redis half of the cache: signed entries per scope and key, read and written so that no
+ * Redis failure is ever more than a miss. Every method resolves; none throws.
+ */
+export interface RedisCache {
+  readonly options: Readonly<ResolvedRedisCacheOptions>
+  /** A verified, unexpired entry, or undefined (a miss, an entry not ours, Redis away). */
+  read(scope: string, key: string): Promise<CacheEntry | undefined>
+  /**
+   * Remembers a settled key from its snapshot, read `elapsedMs` ago, expiring before the key.
+   * `overwrite` (the owner that just stored the outcome) replaces an in-flight entry or the mark
+   * an eviction left; a reader's write never does, so it cannot undo an eviction it raced.
+   */
+  rememberSettled(snapshot: SettledSnapshot, elapsedMs: number, overwrite: boolean): Promise<void>
+  /** Remembers a live claim, expiring before it could go stale and within `inFlightMaxMs`; never over another entry. */
+  rememberInFlight(snapshot: InFlightSnapshot, elapsedMs: number): Promise<void>
+  /** Takes the key's entry back, leaving a mark that keeps late writers out for `evictedMs`. */
+  evict(scope: string, key: string): Promise<void>
+}
+
+/** What a settled key's entry is made from: the fields of the store's snapshot of its row. */
+export interface SettledSnapshot {
+  scope: string
+  key: string
+  status: 'completed' | 'failed'
+  fingerprint: string
+  claimId: string
+  /** Milliseconds until the key expires, in the database's clock at the read. */
+  expiresInMs: number
+  response: StoredResponse
+}
+
+/** What a live claim's entry is made from. */
+export interface InFlightSnapshot {
+  scope: string
+  key: string
+  fingerprint: string
+  claimId: string
+  /** Milliseconds since the lease was renewed, at the read. */
+  leaseAgeMs: number
+}
+
+/**
+ * Creates the cache over a Redis client.
+ *
+ * @example
+ * ```ts
+ * import { Redis } from 'ioredis'
+ * import { createRedisCache } from 'oncely/redis'
+ * const cache = createRedisCache({ redis: new Redis({ enableOfflineQueue: false, maxRetriesPerRequest: 0 }), secret: process.env.ONCELY_CACHE_SECRET ?? '' })
+ * ```
+ */
+export function createRedisCache(options: RedisCacheOptions): RedisCache {
+  const resolved = resolveRedisCacheOptions(options)
+  const { redis, secret, keyPrefix, timeoutMs, onError } = resolved
+  const redisKey = (scope: string, key: string) => `${keyPrefix}${encodeURIComponent(scope)}:${key}`
+  // Every command is bounded: a Redis that hangs is a miss after timeoutMs, never a stuck request.
+  const bounded = async <T>(command: () => Promise<T>): Promise<T | undefined> => {
+    let timer: NodeJS.Timeout | undefined
+    try {
+      return await Promise.race([
+        command(),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error(`Redis did not answer within ${timeoutMs} ms`)), timeoutMs)
+        }),
+      ])
+    } catch (error) {
+      onError(error)
+      return undefined
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+  const write = async (scope: string, key: string, entry: CacheEntry, ttlMs: number, overwrite: boolean) => {
+    if (ttlMs <= 0) return
+    const value = encodeEntry(secret, scope, key, entry)
+    await bounded(() => (overwrite ? redis.set(redisKey(scope, key), value, 'PX', ttlMs) : redis.set(redisKey(scope, key), value, 'PX', ttlMs, 'NX')))
+  }
+  return Object.freeze({
+    options: resolved,
+    async read(scope: string, key: string) {
+      const value = await bounded(() => redis.get(redisKey(scope, key)))
+      return value === undefined ? undefined : decodeEntry(secret, scope, key, value)
+    },
+    async rememberSettled(snapshot: SettledSnapshot, elapsedMs: number, overwrite: boolean) {
+      const ttlMs = Math.floor(snapshot.expiresInMs - elapsedMs - MARGIN_MS)
+      const entry: CacheEntry = {
+        kind: 'settled',
+        status: snapshot.status,
+        fingerprint: snapshot.fingerprint,
+        claimId: snapshot.claimId,
+        expiresAt: Date.now() + ttlMs,
+        response: snapshot.response,
+      }
+      await write(snapshot.scope, snapshot.key, entry, ttlMs, overwrite)
+    },
+    async rememberInFlight(snapshot: InFlightSnapshot, elapsedMs: number) {
+      const leaseAgeMs = snapshot.leaseAgeMs + elapsedMs
+      const ttlMs = Math.floor(Math.min(resolved.inFlightMaxMs, resolved.staleAfterMs - leaseAgeMs - MARGIN_MS))
+      const now = Date.now()
+      const entry: CacheEntry = { kind: 'in-flight', fingerprint: snapshot.fingerprint, claimId: snapshot.claimId, expiresAt: now + ttlMs, leaseAgeMs, writtenAt: now }
+      await write(snapshot.scope, snapshot.key, entry, ttlMs, false)
+    },
+    async evict(scope: string, key: string) {
+      await bounded(() => redis.set(redisKey(scope, key), EVICTED, 'PX', resolved.evictedMs))
+    },
+  })
+}

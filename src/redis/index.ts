@@ -1,0 +1,5 @@
+export { createRedisCache } from './cache.js'
+export type { InFlightSnapshot, RedisCache, SettledSnapshot } from './cache.js'
+export { withRedisCache } from './cached-store.js'
+export type { CacheEntry } from './entry.js'
+export type { RedisCacheOptions, RedisLike } from './options.js'

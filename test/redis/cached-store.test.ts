@@ -1,0 +1,205 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createEngine, fingerprintRequest, type Engine, type StoredResponse } from '../../src/index.js'
+import { createRedisCache, withRedisCache, type RedisCache } from '../../src/redis/index.js'
+import { encodeEntry } from '../../src/redis/entry.js'
+import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { countingPool } from '../helpers/counting-pool.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { startRedisProxy, type RedisProxy } from './support/redis-proxy.js'
+import { REDIS_ADDRESS, redisForTests, testRedis } from './support/test-redis.js'
+
+// oncely/redis in front of the real PostgreSQL store, on the real Redis behind a proxy of this
+// file's own. Every answer is compared with what PostgreSQL alone answers for the same request
+// (Invariant 10): the cache may only save round trips, never change an answer.
+const availability = await redisForTests()
+const SECRET = 'the secret of the cached-store test'
+const print = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000 } })
+const other = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 2000 } })
+const response: StoredResponse = { status: 201, headers: [['content-type', 'application/json']], body: Buffer.from('{"id":"ch_cached"}') }
+
+describe.skipIf(!availability.run)('withRedisCache', () => {
+  let db: TestDatabase
+  let proxy: RedisProxy
+  let client: Awaited<ReturnType<typeof testRedis>>
+  let cache: RedisCache
+  let counter: ReturnType<typeof countingPool>
+  let engine: Engine<Queryable>
+  let plain: Engine<Queryable>
+  let n = 0
+  const newKey = () => `key-${n++}`
+  const redisKey = (key: string) => `${client.prefix}${encodeURIComponent(db.schema)}:u1:${key}`
+  const begin = (e: Engine<Queryable>, key: string, fingerprint = print) => e.begin({ scope: 'u1', key, fingerprint })
+  /** The answer PostgreSQL alone gives, without changing anything (a key it would claim is released again). */
+  const truth = async (key: string, fingerprint = print) => {
+    const decision = await begin(plain, key, fingerprint)
+    if (decision.kind === 'execute') await decision.execution.release()
+    return decision.kind
+  }
+  const completed = async (key: string) => {
+    const decision = await begin(engine, key)
+    if (decision.kind !== 'execute') throw new Error(decision.kind)
+    await decision.execution.complete(response)
+  }
+
+  beforeAll(async () => {
+    db = await createTestDatabase()
+    proxy = await startRedisProxy(REDIS_ADDRESS)
+    client = await testRedis(proxy.port)
+    cache = createRedisCache({ redis: client.redis, secret: SECRET, prefix: client.prefix, namespace: db.schema, staleAfterMs: 10_000, inFlightMaxMs: 5000 })
+    counter = countingPool(db.pool)
+    engine = createEngine<Queryable>({ store: withRedisCache(createPostgresStore({ pool: counter, schema: db.schema }), cache), staleAfterMs: 10_000, ttlMs: 60_000 })
+    plain = createEngine<Queryable>({ store: createPostgresStore({ pool: db.pool, schema: db.schema }), staleAfterMs: 10_000, ttlMs: 60_000 })
+  })
+  afterAll(async () => {
+    proxy?.set('forward')
+    await client?.close()
+    await proxy?.close()
+    await db?.close()
+  })
+
+  it('replays a completed key from Redis, with no statement to PostgreSQL', async () => {
+    const key = newKey()
+    await completed(key)
+    counter.reset()
+    const decision = await begin(engine, key)
+    expect(decision.kind).toBe('replay')
+    if (decision.kind === 'replay') expect(Buffer.from(decision.response.body).toString()).toBe('{"id":"ch_cached"}')
+    expect(counter.statements).toEqual([])
+  })
+
+  it('answers 409 for a claim in flight from Redis, and 422 before 409 for another payload', async () => {
+    const key = newKey()
+    const owner = await begin(engine, key)
+    if (owner.kind !== 'execute') throw new Error(owner.kind)
+    counter.reset()
+    expect((await begin(engine, key)).kind).toBe('conflict')
+    expect((await begin(engine, key, other)).kind).toBe('mismatch')
+    expect(counter.statements).toEqual([])
+    await owner.execution.complete(response)
+    // The completion replaced the in-flight entry: a replay, never a 409 for a completed key.
+    expect((await begin(engine, key)).kind).toBe('replay')
+    expect(await truth(key)).toBe('replay')
+  })
+
+  it('a released claim is evicted: the next request owns the key, as PostgreSQL says', async () => {
+    const key = newKey()
+    const first = await begin(engine, key)
+    if (first.kind !== 'execute') throw new Error(first.kind)
+    await first.execution.release()
+    expect(await truth(key)).toBe('execute')
+    const next = await begin(engine, key)
+    expect(next.kind).toBe('execute')
+    if (next.kind === 'execute') await next.execution.release()
+  })
+
+  it('a suspended claim is evicted: the next request takes it over, not a 409', async () => {
+    const key = newKey()
+    const first = await begin(engine, key)
+    if (first.kind !== 'execute') throw new Error(first.kind)
+    await first.execution.step('charge', () => ({ id: 'pch_1' }))
+    await first.execution.suspend()
+    const next = await begin(engine, key)
+    expect(next.kind).toBe('execute')
+    if (next.kind === 'execute') {
+      expect(next.execution.how).toBe('take-over')
+      await next.execution.complete(response)
+    }
+  })
+
+  it('a completion inside the caller\'s transaction evicts the key: nothing cached before its commit', async () => {
+    const key = newKey()
+    const owner = await begin(engine, key)
+    if (owner.kind !== 'execute') throw new Error(owner.kind)
+    const tx = await db.pool.connect()
+    try {
+      await tx.query('BEGIN')
+      await owner.execution.complete(response, { tx })
+      // Not committed yet, and it may still roll back: the cache holds nothing for the key.
+      expect(await cache.read('u1', key)).toBeUndefined()
+      await tx.query('COMMIT')
+    } finally {
+      tx.release()
+    }
+    expect((await begin(engine, key)).kind).toBe('replay')
+  })
+
+  it('Redis stopped mid-run: every answer comes from PostgreSQL, and is the same', async () => {
+    const done = newKey()
+    await completed(done)
+    proxy.set('down')
+    try {
+      const running = newKey()
+      const owner = await begin(engine, running)
+      expect(owner.kind).toBe('execute')
+      expect((await begin(engine, done)).kind).toBe('replay')
+      expect((await begin(engine, running)).kind).toBe('conflict')
+      expect((await begin(engine, done, other)).kind).toBe('mismatch')
+      if (owner.kind === 'execute') await owner.execution.complete(response)
+      expect((await begin(engine, running)).kind).toBe('replay')
+    } finally {
+      proxy.set('forward')
+    }
+    if (client.redis.status !== 'ready') await new Promise((resolve) => client.redis.once('ready', resolve))
+    expect((await begin(engine, done)).kind).toBe('replay')
+  })
+
+  it('flushed mid-run: a miss, answered by PostgreSQL', async () => {
+    const key = newKey()
+    await completed(key)
+    await client.flush()
+    counter.reset()
+    expect((await begin(engine, key)).kind).toBe('replay')
+    expect(counter.statements).toHaveLength(1)
+  })
+
+  describe('wrong entries in Redis change no answer', () => {
+    const forge = (key: string, entry: Parameters<typeof encodeEntry>[3], secret = 'not the secret, but as long') => encodeEntry(Buffer.from(secret), 'u1', key, entry)
+    const settledEntry = (fingerprint: string, body: string, expiresAt = Date.now() + 60_000) => ({
+      kind: 'settled' as const,
+      status: 'completed' as const,
+      fingerprint,
+      claimId: 'c',
+      expiresAt,
+      response: { status: 201, headers: [['content-type', 'application/json']] as Array<[string, string]>, body: Buffer.from(body) },
+    })
+
+    it('another fingerprint: no 422 for the payload PostgreSQL holds', async () => {
+      const key = newKey()
+      await completed(key)
+      await client.redis.set(redisKey(key), forge(key, settledEntry(other, '{"id":"ch_other"}')))
+      const decision = await begin(engine, key)
+      expect(decision.kind).toBe(await truth(key))
+      if (decision.kind === 'replay') expect(Buffer.from(decision.response.body).toString()).toBe('{"id":"ch_cached"}')
+    })
+
+    it('a forged body with our signature format: never replayed', async () => {
+      const key = newKey()
+      await completed(key)
+      const stored = JSON.parse((await client.redis.get(redisKey(key))) ?? '{}') as Record<string, unknown>
+      stored.rb = Buffer.from('{"id":"ch_forged"}').toString('base64')
+      await client.redis.set(redisKey(key), JSON.stringify(stored))
+      const decision = await begin(engine, key)
+      expect(decision.kind).toBe('replay')
+      if (decision.kind === 'replay') expect(Buffer.from(decision.response.body).toString()).toBe('{"id":"ch_cached"}')
+    })
+
+    it('a replay for a key PostgreSQL has never seen (or has expired): the key is claimed', async () => {
+      const key = newKey()
+      await client.redis.set(redisKey(key), forge(key, settledEntry(print, '{"id":"ch_ghost"}')))
+      const expired = newKey()
+      await client.redis.set(redisKey(expired), encodeEntry(Buffer.from(SECRET), 'u1', expired, settledEntry(print, '{"id":"ch_old"}', Date.now() - 1)))
+      for (const k of [key, expired]) {
+        const decision = await begin(engine, k)
+        expect(decision.kind).toBe('execute')
+        if (decision.kind === 'execute') await decision.execution.release()
+      }
+    })
+
+    it('a 409 for a completed key: the stored response', async () => {
+      const key = newKey()
+      await completed(key)
+      await client.redis.set(redisKey(key), forge(key, { kind: 'in-flight', fingerprint: print, claimId: 'c', expiresAt: Date.now() + 60_000, leaseAgeMs: 0, writtenAt: Date.now() }))
+      expect((await begin(engine, key)).kind).toBe('replay')
+    })
+  })
+})

@@ -1,0 +1,103 @@
+import { Redis } from 'ioredis'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { providerCharges, startProvider, startService, type TestProcess } from '../helpers/processes.js'
+import { charge, newUser, post } from '../service/support/api.js'
+import { startRedisProxy, type RedisProxy } from './support/redis-proxy.js'
+import { REDIS_ADDRESS, redisForTests } from './support/test-redis.js'
+
+// The reference service with REDIS_URL, as a black box: the answers are the same with Redis,
+// when it stops mid-run, when it is flushed, and when it holds entries it did not write.
+const availability = await redisForTests()
+
+describe.skipIf(!availability.run)('the reference service with REDIS_URL', () => {
+  let db: TestDatabase
+  let provider: TestProcess
+  let proxy: RedisProxy
+  let service: TestProcess
+  let admin: Redis
+  const users: string[] = []
+  const user = () => {
+    const id = newUser()
+    users.push(id)
+    return id
+  }
+  // The service's entries: prefix `oncely:`, its schema, then the user (docs/redis.md).
+  const pattern = (id: string) => `oncely:${encodeURIComponent(db.schema)}:${id}:*`
+
+  beforeAll(async () => {
+    db = await createTestDatabase()
+    provider = await startProvider()
+    proxy = await startRedisProxy(REDIS_ADDRESS)
+    admin = new Redis({ ...REDIS_ADDRESS, maxRetriesPerRequest: 1 })
+    service = await startService({
+      databaseUrl: db.url,
+      schema: db.schema,
+      providerUrl: provider.url,
+      staleAfterMs: 10_000,
+      env: { REDIS_URL: `redis://127.0.0.1:${proxy.port}`, ONCELY_CACHE_SECRET: 'the service test secret' },
+    })
+  })
+  afterAll(async () => {
+    await service?.stop()
+    // Only this file's users' entries: the shared Redis is never flushed.
+    for (const id of users) {
+      const keys = await admin.keys(pattern(id))
+      if (keys.length > 0) await admin.del(...keys)
+    }
+    admin?.disconnect()
+    await proxy?.close()
+    await provider?.stop()
+    await db?.close()
+  })
+
+  it('replays from the cache what PostgreSQL holds, and writes its entries where docs/redis.md says', async () => {
+    const id = user()
+    const first = await post(service.url, { user: id, key: 'c-1', body: charge('cus_cache', 1200) })
+    const again = await post(service.url, { user: id, key: 'c-1', body: charge('cus_cache', 1200) })
+    expect(first.status).toBe(201)
+    expect(again.text).toBe(first.text)
+    expect(again.headers.get('idempotent-replayed')).toBe('true')
+    expect((await post(service.url, { user: id, key: 'c-1', body: charge('cus_cache', 999) })).status).toBe(422)
+    expect(await admin.keys(pattern(id))).toHaveLength(1)
+    expect(await providerCharges(provider.url, id)).toHaveLength(1)
+  })
+
+  it('Redis stopped mid-run: the same answers, from PostgreSQL', async () => {
+    const id = user()
+    const first = await post(service.url, { user: id, key: 's-1' })
+    proxy.set('down')
+    try {
+      const replay = await post(service.url, { user: id, key: 's-1' })
+      expect(replay.text).toBe(first.text)
+      const fresh = await post(service.url, { user: id, key: 's-2' })
+      expect(fresh.status).toBe(201)
+      expect((await post(service.url, { user: id, key: 's-2' })).text).toBe(fresh.text)
+    } finally {
+      proxy.set('forward')
+    }
+    expect((await post(service.url, { user: id, key: 's-1' })).text).toBe(first.text)
+    expect(await providerCharges(provider.url, id)).toHaveLength(2)
+  })
+
+  it('flushed mid-run, or holding entries it did not write: the answers PostgreSQL gives', async () => {
+    const id = user()
+    const first = await post(service.url, { user: id, key: 'w-1' })
+    const [entry] = await admin.keys(pattern(id))
+    if (!entry) throw new Error('no entry cached')
+    await admin.del(entry)
+    expect((await post(service.url, { user: id, key: 'w-1' })).text).toBe(first.text)
+    // A 409 and a forged response planted for the completed key: neither is answered.
+    const stored = JSON.parse((await admin.get(entry)) ?? '{}') as Record<string, unknown>
+    await admin.set(entry, JSON.stringify({ ...stored, k: 'i', la: 0, wa: Date.now() }))
+    expect((await post(service.url, { user: id, key: 'w-1' })).text).toBe(first.text)
+    await admin.set(entry, JSON.stringify({ ...stored, rb: Buffer.from('{"id":"ch_forged"}').toString('base64') }))
+    expect((await post(service.url, { user: id, key: 'w-1' })).text).toBe(first.text)
+    // A replay planted for a key the service has never seen: the key is new, and charges once.
+    await admin.set(entry.replace(/w-1$/, 'w-2'), (await admin.get(entry)) ?? '')
+    const fresh = await post(service.url, { user: id, key: 'w-2' })
+    expect(fresh.status).toBe(201)
+    expect(fresh.text).not.toBe(first.text)
+    expect(await providerCharges(provider.url, id)).toHaveLength(2)
+  })
+})
