@@ -6,7 +6,7 @@ import { deriveStepKey, fingerprintRequest } from '../../src/index.js'
 import { inspectKey } from '../../src/ops/keys.js'
 import { providerMetadata } from '../../src/reference-service/responses.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn } from '../helpers/engine.js'
+import { ageClaim, engineOn, storeClaim } from '../helpers/engine.js'
 import { providerCharges, startProvider, startService, type ServiceOptions, type TestProcess } from '../helpers/processes.js'
 import { newUser, post } from '../service/support/api.js'
 
@@ -55,7 +55,7 @@ describe.runIf(runs)('GET /console in Chromium', () => {
     // A second stuck claim whose owner charged the provider, for the reconcile button.
     const { store } = engineOn(db)
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000, currency: 'usd', customer: 'cus_ok' } })
-    const claimed = await store.claim({ scope: user, key: 'to-reconcile', fingerprint }, { ttlMs: 86_400_000, staleAfterMs: STALE_AFTER_MS })
+    const claimed = await storeClaim(store, { scope: user, key: 'to-reconcile', fingerprint })
     if (claimed.kind !== 'claimed') throw new Error('no claim')
     const charged = await fetch(`${provider.url}/v1/charges`, {
       method: 'POST',
