@@ -87,10 +87,10 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
     })
     if (config.relay) {
       const events = await startEventRelay({ pool, config, log })
-      cleanups.push(() => events.stop())
+      cleanups.push({ stop: () => events.stop() })
     }
     const operations = startServiceReconciler({ engine, pool, config, providerUrl: provider.url, metrics, log })
-    cleanups.push(async () => operations.reconciler?.stop())
+    cleanups.push({ stop: async () => operations.reconciler?.stop() })
     mountServiceConsole(app, { pool, config, metrics, reconcile: operations.runOnce, log })
     const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
       const started = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, () => resolve(started))
