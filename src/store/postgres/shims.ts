@@ -98,9 +98,10 @@ export function fromDrizzle(tx: DrizzleLike, sql: DrizzleSqlTag): Queryable {
       const result = await tx.execute(sql(strings, ...values) as never)
       // node-postgres: a result object with rows and rowCount.
       if (!Array.isArray(result)) {
-        const { rows, rowCount } = result as { rows?: unknown[]; rowCount?: number | null }
-        if (typeof rowCount !== 'number') throw unknownDriver()
-        return { rows: (rows ?? []) as R[], rowCount }
+        const { rows, rowCount } = result as { rows?: unknown; rowCount?: number | null }
+        // Statements that touch no rows (SET, BEGIN) report a null rowCount: that is fine.
+        if (!Array.isArray(rows) || rowCount === undefined) throw unknownDriver()
+        return { rows: rows as R[], rowCount }
       }
       // postgres.js: the rows themselves, with the affected count beside them (issue 8, path 17).
       const count = (result as unknown[] & { count?: unknown }).count
