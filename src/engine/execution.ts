@@ -1,6 +1,6 @@
 import { OncelyError, type OncelyErrorCode } from '../errors.js'
 import type { ResolvedEngineOptions } from './options.js'
-import { deriveStepKey, toStoredForm } from './phases.js'
+import { decodeStepResult, deriveStepKey, encodeStepResult, toStoredForm } from './phases.js'
 import { describeError, retryTransient } from './retry.js'
 import type { Fence, FinalOutcome } from './store.js'
 import type { ClaimKind, ClaimSnapshot, ClaimState, StoredResponse } from './types.js'
@@ -69,7 +69,7 @@ export class Execution<Tx = unknown> {
     this.claimId = claim.claimId
     this.how = how
     this.#fence = { scope: claim.scope, key: claim.key, fenceToken: claim.fenceToken }
-    this.#phases = { ...claim.phases }
+    this.#phases = Object.fromEntries(Object.entries(claim.phases).map(([name, stored]) => [name, decodeStepResult(stored)]))
     this.#startedSteps = new Set(claim.startedSteps)
     this.#recoveryPoint = claim.recoveryPoint
     // Invariant 11: a claim that was taken over or suspended may have been acted on.
@@ -150,7 +150,7 @@ export class Execution<Tx = unknown> {
     this.#assertRunning()
     const committed = await this.#write(
       `committing step ${JSON.stringify(name)}`,
-      () => this.#options.store.commitPhase(this.#fence, name, stored.value),
+      () => this.#options.store.commitPhase(this.#fence, name, encodeStepResult(stored.value, stored.json)),
       (row) => this.#holds(row) && Object.hasOwn(row.phases, name),
     )
     if (!committed) this.#lost()

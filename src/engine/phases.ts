@@ -31,3 +31,27 @@ export function toStoredForm(result: unknown): { ok: true; value: unknown; json:
     return { ok: false }
   }
 }
+
+/** The key of the wrapper a step result is stored in when jsonb could not hold it as it is. */
+const WRAPPED = 'oncely:json'
+
+/**
+ * Issue 8, path 10: jsonb refuses U+0000 in a string, so a result whose JSON holds one is stored
+ * as its JSON text inside a wrapper (`{"oncely:json": "…"}`, the NUL kept as the six characters
+ * of its escape). A result that looks like the wrapper is wrapped too, so decoding is exact.
+ * Every other result is stored as it is, readable by operators.
+ */
+export function encodeStepResult(value: unknown, json: string): unknown {
+  return json.includes('\\u0000') || looksWrapped(value) ? { [WRAPPED]: json } : value
+}
+
+/** The inverse of `encodeStepResult`, for results read back from the row. */
+export function decodeStepResult(stored: unknown): unknown {
+  return looksWrapped(stored) ? (JSON.parse((stored as Record<string, string>)[WRAPPED] ?? 'null') as unknown) : stored
+}
+
+function looksWrapped(value: unknown): boolean {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false
+  const keys = Object.keys(value)
+  return keys.length === 1 && keys[0] === WRAPPED && typeof (value as Record<string, unknown>)[WRAPPED] === 'string'
+}

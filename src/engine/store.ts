@@ -14,6 +14,12 @@ export interface ClaimRequest {
    */
   claimId: string
   fenceToken: string
+  /**
+   * Called when an attempt the store gave up on (no answer within its timeout) turns out later
+   * to have inserted the claim: the caller releases it if it no longer waits for it, so a request
+   * answered 503 never leaves a claim behind. (Default: none)
+   */
+  onLateInsert?: () => void
 }
 
 /**

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { chromium, type Browser } from 'playwright-core'
@@ -7,7 +6,7 @@ import { deriveStepKey, fingerprintRequest } from '../../src/index.js'
 import { inspectKey } from '../../src/ops/keys.js'
 import { providerMetadata } from '../../src/reference-service/responses.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn } from '../helpers/engine.js'
+import { ageClaim, engineOn, storeClaim } from '../helpers/engine.js'
 import { providerCharges, startProvider, startService, type ServiceOptions, type TestProcess } from '../helpers/processes.js'
 import { newUser, post } from '../service/support/api.js'
 
@@ -56,8 +55,8 @@ describe.runIf(runs)('GET /console in Chromium', () => {
     // A second stuck claim whose owner charged the provider, for the reconcile button.
     const { store } = engineOn(db)
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000, currency: 'usd', customer: 'cus_ok' } })
-    const claimed = await store.claim({ scope: user, key: 'to-reconcile', fingerprint, ttlMs: 86_400_000, claimId: randomUUID(), fenceToken: randomUUID() })
-    if (claimed.kind !== 'inserted') throw new Error('no claim')
+    const claimed = await storeClaim(store, { scope: user, key: 'to-reconcile', fingerprint })
+    if (claimed.kind !== 'claimed') throw new Error('no claim')
     const charged = await fetch(`${provider.url}/v1/charges`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'idempotency-key': deriveStepKey({ scope: user, key: 'to-reconcile', claimId: claimed.claim.claimId, step: 'charge' }) },

@@ -1,10 +1,9 @@
-import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprintRequest } from '../../src/index.js'
 import { createConsole } from '../../src/ops/console/console-handler.js'
 import { inspectKey } from '../../src/ops/keys.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn } from '../helpers/engine.js'
+import { ageClaim, engineOn, storeClaim } from '../helpers/engine.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -27,8 +26,8 @@ describe('the console handler', () => {
   it('refuses a change without the CSRF token or from another origin, and makes it with both', async () => {
     const { store } = engineOn(db)
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/x', body: null })
-    const claimed = await store.claim({ scope: 'c1', key: 'k', fingerprint, ttlMs: 86_400_000, claimId: randomUUID(), fenceToken: randomUUID() })
-    expect(claimed.kind).toBe('inserted')
+    const claimed = await storeClaim(store, { scope: 'c1', key: 'k', fingerprint })
+    expect(claimed.kind).toBe('claimed')
     await ageClaim(db, 'c1', 'k')
     const operatorConsole = createConsole({ database: { pool: db.pool, schema: db.schema }, staleAfterMs: 1000, log: quiet })
     const csrf = await csrfOf(operatorConsole)

@@ -234,3 +234,21 @@ describe('options', () => {
     expect(engine.options).toMatchObject({ ttlMs: 86_400_000, staleAfterMs: 90_000, leaseRenewMs: 30_000, conflictRetryAfterSeconds: 1 })
   })
 })
+
+describe('scope (issue 8, path 11)', () => {
+  it('a numeric scope is its decimal string: the same operation as the string, derived keys and all', async () => {
+    const { engine } = engineOn(db)
+    const first = owned(await engine.begin({ scope: 42, key: 'numeric-scope', fingerprint }))
+    expect(first.scope).toBe('42')
+    await first.step('charge', async ({ idempotencyKey }) => idempotencyKey)
+    await first.complete(jsonResponse(201, '{}'))
+    expect((await engine.begin({ scope: '42', key: 'numeric-scope', fingerprint })).kind).toBe('replay')
+  })
+
+  it.each([[''], [Number.NaN], [null], [{ id: 1 }]])('a scope of %o is refused before anything is claimed', async (scope) => {
+    const { engine } = engineOn(db)
+    await expect(engine.begin({ scope: scope as string, key: 'bad-scope', fingerprint })).rejects.toMatchObject({ code: 'ONCELY_INVALID_SCOPE' })
+    const { rows } = await db.pool.query(`SELECT 1 FROM ${keyTable(db)} WHERE key = 'bad-scope'`)
+    expect(rows).toHaveLength(0)
+  })
+})

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
@@ -10,7 +9,7 @@ import { createServiceTables } from '../../src/reference-service/sql.js'
 import { withTransaction } from '../../src/store/postgres/index.js'
 import { runCli } from '../helpers/cli.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn } from '../helpers/engine.js'
+import { ageClaim, engineOn, storeClaim } from '../helpers/engine.js'
 import { providerCharges, startProvider, startService, type ServiceOptions, type TestProcess } from '../helpers/processes.js'
 import { get, newUser, post } from '../service/support/api.js'
 
@@ -117,8 +116,8 @@ describe('oncely reconcile', () => {
     const { store } = engineOn(db)
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000 } })
     for (const key of ['on-demand', 'own-hook']) {
-      const claimed = await store.claim({ scope: user, key, fingerprint, ttlMs: 86_400_000, claimId: randomUUID(), fenceToken: randomUUID() })
-      if (claimed.kind !== 'inserted') throw new Error('no claim')
+      const claimed = await storeClaim(store, { scope: user, key, fingerprint })
+      if (claimed.kind !== 'claimed') throw new Error('no claim')
       if (key === 'on-demand') {
         const answer = await fetch(`${provider.url}/v1/charges`, {
           method: 'POST',

@@ -125,7 +125,11 @@ describe('reconcileStuckClaims', () => {
       )
       const executions = retries.filter((d) => !Array.isArray(d) && d.kind === 'execute')
       expect(hookCalls + executions.length).toBe(1)
-      expect(Array.isArray(reconciled) ? reconciled.filter((r) => r.scope === scope).map((r) => r.decision) : []).toEqual([hookCalls === 1 ? 'completed' : 'skipped'])
+      // A retry that took the claim over before the reconciler listed the stuck claims leaves it
+      // nothing to see; one that took it over between the list and the take-over leaves it 'skipped'.
+      const decisions = Array.isArray(reconciled) ? reconciled.filter((r) => r.scope === scope).map((r) => r.decision) : []
+      if (hookCalls === 1) expect(decisions).toEqual(['completed'])
+      else expect([[], ['skipped']]).toContainEqual(decisions)
       for (const decision of executions) if (!Array.isArray(decision) && decision.kind === 'execute') await decision.execution.complete(jsonResponse(201, '{}'))
     } finally {
       await Promise.all(pools.map((pool) => pool.end()))

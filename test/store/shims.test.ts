@@ -1,6 +1,7 @@
 import 'reflect-metadata'
 import { sql as drizzleSql } from 'drizzle-orm'
 import { drizzle } from 'drizzle-orm/node-postgres'
+import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js'
 import { Kysely, PostgresDialect } from 'kysely'
 import pg from 'pg'
 import postgres from 'postgres'
@@ -64,6 +65,21 @@ const libraries: Record<string, () => { run: InUserTransaction; close: () => Pro
         })
       },
       close: () => pool.end(),
+    }
+  },
+  // Issue 8, path 17: the postgres.js driver reports `count`, not `rowCount`.
+  'Drizzle on postgres.js': () => {
+    const client = postgres(db.url, { max: 2, onnotice: () => undefined })
+    const orm = drizzlePostgresJs(client)
+    return {
+      run: async (orderId, execution, rollback) => {
+        await orm.transaction(async (tx) => {
+          await tx.execute(drizzleSql`INSERT INTO orders (id) VALUES (${orderId})`)
+          await execution.complete(jsonResponse(201, `{"order":"${orderId}"}`), { tx: fromDrizzle(tx, drizzleSql) })
+          if (rollback) throw new Rollback()
+        })
+      },
+      close: () => client.end(),
     }
   },
   TypeORM: () => {

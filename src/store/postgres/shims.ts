@@ -5,6 +5,7 @@
  * runtime dependency on any of these libraries.
  */
 import { randomUUID } from 'node:crypto'
+import { OncelyError } from '../../errors.js'
 import type { Queryable, QueryConfig, QueryResult } from './executor.js'
 
 /** The part of a postgres.js `sql` (or `TransactionSql`) the shim calls. */
@@ -69,14 +70,16 @@ export function fromKysely(trx: KyselyLike): Queryable {
 /** Drizzle's `sql` template tag, as imported from `drizzle-orm`. */
 export type DrizzleSqlTag = (strings: TemplateStringsArray, ...values: unknown[]) => unknown
 
-/** The part of a Drizzle transaction on the node-postgres driver the shim calls. */
+/** The part of a Drizzle transaction (on node-postgres or postgres.js) the shim calls. */
 export interface DrizzleLike {
   execute(query: never): PromiseLike<unknown>
 }
 
 /**
  * Drizzle binds values only through its `sql` tag, so the shim takes it too: pass the `sql`
- * you import from `drizzle-orm`.
+ * you import from `drizzle-orm`. Works on the node-postgres driver (`rowCount`) and the
+ * postgres.js driver (`count`); on a driver that reports neither, the call throws
+ * `ONCELY_STORE_UNEXPECTED` rather than mistake a completion for a lost lock.
  *
  * @example
  * ```ts
@@ -92,10 +95,24 @@ export function fromDrizzle(tx: DrizzleLike, sql: DrizzleSqlTag): Queryable {
   return {
     async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
       const { strings, values } = toTemplate(config.text, config.values ?? [])
-      const result = (await tx.execute(sql(strings, ...values) as never)) as { rows?: unknown[]; rowCount?: number | null }
-      return { rows: (result.rows ?? []) as R[], rowCount: result.rowCount ?? null }
+      const result = await tx.execute(sql(strings, ...values) as never)
+      // node-postgres: a result object with rows and rowCount.
+      if (!Array.isArray(result)) {
+        const { rows, rowCount } = result as { rows?: unknown; rowCount?: number | null }
+        // Statements that touch no rows (SET, BEGIN) report a null rowCount: that is fine.
+        if (!Array.isArray(rows) || rowCount === undefined) throw unknownDriver()
+        return { rows: rows as R[], rowCount }
+      }
+      // postgres.js: the rows themselves, with the affected count beside them (issue 8, path 17).
+      const count = (result as unknown[] & { count?: unknown }).count
+      if (typeof count !== 'number') throw unknownDriver()
+      return { rows: result as R[], rowCount: count }
     },
   }
+}
+
+function unknownDriver(): OncelyError {
+  return new OncelyError('ONCELY_STORE_UNEXPECTED', "fromDrizzle: this Drizzle driver's result has neither rowCount (node-postgres) nor count (postgres.js), so a completion cannot be confirmed")
 }
 
 /** The part of a TypeORM `QueryRunner` the shim calls (`manager.queryRunner` inside a transaction). */

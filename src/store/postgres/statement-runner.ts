@@ -33,14 +33,23 @@ function classified(error: unknown, what: string): unknown {
  * waiting for a connection to a server that drops packets). A statement given up on may still
  * run: the claim statements carry their own lock deadline, and fenced writes are recognised.
  */
-export async function send<R>(db: Queryable, config: QueryConfig, timeoutMs: number, what: string): Promise<QueryResult<R>> {
+export async function send<R>(
+  db: Queryable,
+  config: QueryConfig,
+  timeoutMs: number,
+  what: string,
+  onLateAnswer?: (result: QueryResult<R>) => void,
+): Promise<QueryResult<R>> {
   let timer: NodeJS.Timeout | undefined
+  let gaveUp = false
   const answer = db.query<R>(config)
+  answer.then((result) => gaveUp && onLateAnswer?.(result), () => undefined)
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new OncelyError('ONCELY_STORE_UNAVAILABLE', `PostgreSQL did not answer ${what} within ${timeoutMs} ms`)), timeoutMs)
+    timer = setTimeout(() => {
+      gaveUp = true
+      reject(new OncelyError('ONCELY_STORE_UNAVAILABLE', `PostgreSQL did not answer ${what} within ${timeoutMs} ms`))
+    }, timeoutMs)
   })
-  // The answer may come after the deadline: it is dropped, never left as an unhandled rejection.
-  answer.catch(() => undefined)
   try {
     return await Promise.race([answer, deadline])
   } catch (error) {

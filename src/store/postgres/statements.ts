@@ -81,8 +81,10 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
       -${millisSince(`${k}.expires_at`)} AS expires_in_ms`
   const held = 'claim_id::text, lock_token::text, recovery_point, phase_data, started_steps, interrupted'
   // A write that waited longer than this for a lock does nothing: its caller has given up on
-  // it (lockTimeoutMs), and must not find a claim it never got back. $n is the timeout in ms.
-  const notLate = (param: string) => `clock_timestamp() < statement_timestamp() + ${ttl(param)}`
+  // it (lockTimeoutMs), and must not find a claim it never got back. now() is the start of the
+  // statement's own transaction, taken before the lock wait even when the wait is in Parse (a
+  // table lock) and Execute then restarts statement_timestamp(). $n is the timeout in ms.
+  const notLate = (param: string) => `clock_timestamp() < now() + ${ttl(param)}`
   return {
     // Invariant 1: one statement decides ownership. $1 scope, $2 key, $3 fingerprint, $4 ttl ms,
     // $5 claim id, $6 fence token (both minted by the caller, so it recognises its own row after

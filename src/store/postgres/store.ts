@@ -102,7 +102,9 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       const values = [scope, key, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs]
       for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
         const startedAt = performance.now()
-        const { rows } = await run<ClaimRow>(pool, sql.claim, values)
+        const { rows } = await send<ClaimRow>(pool, bind(sql.claim, values, timeoutMs), timeoutMs, 'the claim', (late) => {
+          if (late.rows[0]?.outcome === 'claimed') request.onLateInsert?.()
+        })
         const row = rows[0]
         if (row?.outcome === 'claimed') return { kind: 'inserted', claim: claimOf(scope, key, { ...row, lock_token: request.fenceToken }) }
         if (row) return { kind: 'existing', snapshot: snapshotOf(scope, key, row) }
