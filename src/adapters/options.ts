@@ -1,5 +1,5 @@
 import type { Engine } from '../engine/engine.js'
-import { invalid, positiveInteger } from '../engine/options.js'
+import { invalid, optionalBoolean, optionalFunction, positiveInteger, stringList } from '../option-validation.js'
 import { parsePointers, type Pointer } from './excluded-fields.js'
 
 /** What one guarded request came to, reported to `onOutcome` (for metrics). */
@@ -121,21 +121,4 @@ export function resolveAdapterOptions<Req, Tx>(options: AdapterOptions<Req, Tx>)
     log,
     onOutcome,
   })
-}
-
-function stringList(name: string, value: unknown): string[] {
-  if (!Array.isArray(value) || !value.every((item) => typeof item === 'string' && item.length > 0)) {
-    throw invalid(name, 'must be an array of non-empty strings', value)
-  }
-  return [...(value as string[])]
-}
-
-function optionalFunction<F>(name: string, value: F | undefined): F | undefined {
-  if (value !== undefined && typeof value !== 'function') throw invalid(name, 'must be a function', value)
-  return value
-}
-
-function optionalBoolean(name: string, value: unknown): boolean | undefined {
-  if (value !== undefined && typeof value !== 'boolean') throw invalid(name, 'must be true or false', value)
-  return value
 }
