@@ -20,8 +20,8 @@ export interface OutcomeEvent {
   instance?: string
 }
 
-/** Gives the user (scope) a request acts for; `undefined` answers 401. */
-export type ScopeResolver<Req> = (request: Req) => string | undefined | Promise<string | undefined>
+/** Gives the user (scope) a request acts for, a string or a number (`42` and `'42'` are one scope); `undefined` answers 401. */
+export type ScopeResolver<Req> = (request: Req) => string | number | undefined | Promise<string | number | undefined>
 
 /** Options every adapter takes. `Req` is the framework's request type. */
 export interface AdapterOptions<Req, Tx = unknown> {
@@ -70,7 +70,7 @@ export interface AdapterOptions<Req, Tx = unknown> {
 
 export interface ResolvedAdapterOptions<Req, Tx = unknown> {
   readonly engine: Engine<Tx>
-  readonly scope: (request: Req) => Promise<string | undefined>
+  readonly scope: (request: Req) => Promise<string | number | undefined>
   readonly methods: ReadonlySet<string>
   readonly routes: ((method: string, path: string) => boolean) | undefined
   readonly query: readonly string[]
