@@ -15,6 +15,8 @@ const COMMANDS: Record<string, { summary: string }> = {
   stats: { summary: 'counts by state, oldest running claim, table size, sweeper lag' },
   relay: { summary: 'publish the outbox to EVENTS_URL (NATS, RabbitMQ) or the log' },
   outbox: { summary: 'list dead or waiting events, re-queue dead ones' },
+  reconcile: { summary: 'settle stuck claims now, printing each decision' },
+  console: { summary: "the operators' web console against DATABASE_URL" },
 }
 
 function usage(): string {

@@ -14,9 +14,9 @@ import { checkSchemaAtStart } from './schema-check.js'
 import { createProviderClient } from './provider-client.js'
 import { startProviderProcess } from './provider-process.js'
 import { createServiceTables } from './sql.js'
-import { createServiceMetrics } from './operations.js'
 import { createOutbox } from '../outbox/index.js'
 import { startEventRelay } from './events.js'
+import { createServiceMetrics, mountServiceConsole, startServiceReconciler } from './operations.js'
 
 export interface RunningService {
   /** `http://HOST:PORT` of the API. */
@@ -89,6 +89,9 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
       const events = await startEventRelay({ pool, config, log })
       cleanups.push(() => events.stop())
     }
+    const operations = startServiceReconciler({ engine, pool, config, providerUrl: provider.url, metrics, log })
+    cleanups.push(async () => operations.reconciler?.stop())
+    mountServiceConsole(app, { pool, config, metrics, reconcile: operations.runOnce, log })
     const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
       const started = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, () => resolve(started))
       started.once('error', reject)
