@@ -52,14 +52,6 @@ export function problem(init: ProblemInit): HttpAnswer {
   return { status, headers, body: Buffer.from(JSON.stringify(members)), instance }
 }
 
-/**
- * Retryable statuses: the answer says "not now", never "not this", so nothing is stored and the
- * key stays retryable (released or suspended).
- */
-export function isRetryableStatus(status: number): boolean {
-  return (status >= 500 && status <= 599) || status === 408 || status === 409 || status === 425 || status === 429
-}
-
 /** The stored response, verbatim, marked as a replay (and with `X-Idempotent-Replayed` when asked). */
 export function replayAnswer(response: StoredResponse, alsoX: boolean): HttpAnswer {
   const marks: Array<readonly [string, string]> = alsoX ? [['idempotent-replayed', 'true'], ['x-idempotent-replayed', 'true']] : [['idempotent-replayed', 'true']]

@@ -1,4 +1,4 @@
-import { invalid } from '../engine/options.js'
+import { invalid } from '../option-validation.js'
 
 /** A parsed JSON Pointer (RFC 6901): the reference tokens, unescaped. */
 export type Pointer = readonly string[]

@@ -63,6 +63,13 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
   try {
     decision = await options.engine.begin({ scope, key: parts.key, fingerprint })
   } catch (error) {
+    if (isOncelyError(error, 'ONCELY_INVALID_SCOPE')) {
+      // A bug in the scope option, not an outage: retrying cannot help.
+      const detail = 'the scope option gave neither a non-empty string nor a finite number for this request'
+      const refusal = problem({ status: 500, type: 'about:blank', title: 'Internal Server Error', detail, retryable: false })
+      options.log(`oncely: ONCELY_INVALID_SCOPE (instance ${refusal.instance}): ${String(error)}`)
+      return answer('failed', refusal)
+    }
     const unavailable = storeUnavailableAnswer('the idempotency record could not be read; retry with the same key')
     const code = isOncelyError(error) ? `${error.code}: ` : ''
     options.log(`oncely: the idempotency store failed to answer (instance ${unavailable.instance}): ${code}${String(error)}`)

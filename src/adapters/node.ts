@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { invalid, positiveInteger } from '../engine/options.js'
+import { invalid, positiveInteger } from '../option-validation.js'
 import { problem, PROBLEM_TYPES } from './answers.js'
 import { isJsonContentType } from './body.js'
 import { captureServerResponse, sendAnswer } from './capture-server-response.js'

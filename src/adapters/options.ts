@@ -1,5 +1,5 @@
 import type { Engine } from '../engine/engine.js'
-import { invalid, positiveInteger } from '../engine/options.js'
+import { invalid, optionalBoolean, optionalFunction, positiveInteger, stringList } from '../option-validation.js'
 import { parsePointers, type Pointer } from './excluded-fields.js'
 
 /** What one guarded request came to, reported to `onOutcome` (for metrics). */
@@ -20,8 +20,8 @@ export interface OutcomeEvent {
   instance?: string
 }
 
-/** Gives the user (scope) a request acts for; `undefined` answers 401. */
-export type ScopeResolver<Req> = (request: Req) => string | undefined | Promise<string | undefined>
+/** Gives the user (scope) a request acts for, a string or a number (`42` and `'42'` are one scope); `undefined` answers 401. */
+export type ScopeResolver<Req> = (request: Req) => string | number | undefined | Promise<string | number | undefined>
 
 /** Options every adapter takes. `Req` is the framework's request type. */
 export interface AdapterOptions<Req, Tx = unknown> {
@@ -70,7 +70,7 @@ export interface AdapterOptions<Req, Tx = unknown> {
 
 export interface ResolvedAdapterOptions<Req, Tx = unknown> {
   readonly engine: Engine<Tx>
-  readonly scope: (request: Req) => Promise<string | undefined>
+  readonly scope: (request: Req) => Promise<string | number | undefined>
   readonly methods: ReadonlySet<string>
   readonly routes: ((method: string, path: string) => boolean) | undefined
   readonly query: readonly string[]
@@ -121,21 +121,4 @@ export function resolveAdapterOptions<Req, Tx>(options: AdapterOptions<Req, Tx>)
     log,
     onOutcome,
   })
-}
-
-function stringList(name: string, value: unknown): string[] {
-  if (!Array.isArray(value) || !value.every((item) => typeof item === 'string' && item.length > 0)) {
-    throw invalid(name, 'must be an array of non-empty strings', value)
-  }
-  return [...(value as string[])]
-}
-
-function optionalFunction<F>(name: string, value: F | undefined): F | undefined {
-  if (value !== undefined && typeof value !== 'function') throw invalid(name, 'must be a function', value)
-  return value
-}
-
-function optionalBoolean(name: string, value: unknown): boolean | undefined {
-  if (value !== undefined && typeof value !== 'boolean') throw invalid(name, 'must be true or false', value)
-  return value
 }

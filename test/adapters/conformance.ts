@@ -561,5 +561,24 @@ export function conformanceSuite(harness: AdapterHarness): void {
         await proxy.close()
       }
     })
+
+    it('accepts a numeric scope as its decimal string, and answers a scope of another type with a non-retryable 500', async () => {
+      const charges = counted('POST', '/v1/charges', async (_input, call) => json(201, { id: `ch_${call}` }))
+      const scope = (authorization: string | undefined) => {
+        const id = scopeFromBearer(authorization)
+        return id === '31' ? 31 : id === '32' ? (['not', 'a', 'scope'] as unknown as string) : id
+      }
+      const lines: string[] = []
+      await withApp({ scope, log: (line) => lines.push(line) }, [charges], async (app) => {
+        const key = randomUUID()
+        expect((await app.request(post('/v1/charges', key, { amount: 1 }, user(31)))).status).toBe(201)
+        expect(await rowCount('31')).toBe(1)
+        const bad = await app.request(post('/v1/charges', key, { amount: 1 }, user(32)))
+        expect(bad.status).toBe(500)
+        expect(problemOf(bad).retryable).toBe(false)
+        expect(lines.some((line) => line.includes('ONCELY_INVALID_SCOPE'))).toBe(true)
+        expect(charges.calls).toBe(1)
+      })
+    })
   })
 }

@@ -24,7 +24,7 @@ export interface TestRoute {
 
 /** The adapter options a test gives; `scope` reads the Authorization header value. */
 export type TestOptions = Omit<AdapterOptions<never, Queryable>, 'scope'> & {
-  scope?: 'global' | ((authorization: string | undefined) => string | undefined)
+  scope?: 'global' | ((authorization: string | undefined) => string | number | undefined)
 }
 
 export interface TestRequest {

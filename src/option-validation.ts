@@ -1,0 +1,47 @@
+import { OncelyError } from './errors.js'
+
+/**
+ * The checks every part of oncely runs on its options when they are resolved, once, at start-up:
+ * a bad option fails there with `ONCELY_INVALID_OPTION` and a message that names it
+ * (`option maxStoredBodyBytes must be a positive integer; got -1`).
+ */
+export function invalid(name: string, rule: string, value: unknown): OncelyError {
+  return new OncelyError('ONCELY_INVALID_OPTION', `option ${name} ${rule}; got ${describeValue(value)}`)
+}
+
+export function positiveInteger(name: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) throw invalid(name, 'must be a positive integer', value)
+  return value
+}
+
+export function integerAtLeast(name: string, value: unknown, min: number): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) throw invalid(name, `must be an integer of at least ${min}`, value)
+  return value
+}
+
+export function optionalFunction<F>(name: string, value: F | undefined): F | undefined {
+  if (value !== undefined && typeof value !== 'function') throw invalid(name, 'must be a function', value)
+  return value
+}
+
+export function optionalBoolean(name: string, value: unknown): boolean | undefined {
+  if (value !== undefined && typeof value !== 'boolean') throw invalid(name, 'must be true or false', value)
+  return value
+}
+
+export function stringList(name: string, value: unknown): string[] {
+  if (!Array.isArray(value) || !value.every((item) => typeof item === 'string' && item.length > 0)) {
+    throw invalid(name, 'must be an array of non-empty strings', value)
+  }
+  return [...(value as string[])]
+}
+
+/** A value as an error message shows it: JSON where it can be, never a function's source. */
+export function describeValue(value: unknown): string {
+  if (typeof value === 'function') return 'a function'
+  try {
+    return JSON.stringify(value) ?? String(value)
+  } catch {
+    return String(value)
+  }
+}
