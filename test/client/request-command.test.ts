@@ -247,6 +247,7 @@ describe('oncely request, hardened (issues 12 and 14)', () => {
     ['a header line without a colon', ['--header', 'Authorization Bearer sk_live_secret']],
     ['a header value pasted with typographic quotes', ['--header', 'x-api-key: \u201csk_live_secret\u201d']],
     ['a header name that is not a token', ['--header', 'bad name: sk_live_secret']],
+    ['an unquoted header value', ['--header', 'authorization:', 'sk_live_secret']],
   ])('exit 2 without a stack trace or the secret on %s', async (_name, flags) => {
     const run = await runRequestCommand(['POST', 'http://127.0.0.1:1/x', ...flags])
     expect(run.code, run.stderr).toBe(REQUEST_EXIT.usage)

@@ -103,7 +103,8 @@ export const command: Command = {
     })
     const [method, target, ...extra] = positionals
     if (method === undefined || target === undefined) throw new UsageError('METHOD and URL are required')
-    if (extra.length > 0) throw new UsageError(`unexpected argument '${extra[0]}'`)
+    // Not echoed: an unquoted `--header authorization: Bearer sk_…` leaves the token here.
+    if (extra.length > 0) throw new UsageError(`${extra.length} unexpected argument(s) after the URL (not shown: they may hold a secret); quote a --header or --data value that has spaces`)
     const url = parseTargetUrl(target)
     const headers = parseHeaders(values.header ?? [])
 
