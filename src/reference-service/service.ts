@@ -14,6 +14,7 @@ import { createServiceTables } from './sql.js'
 import { createServiceMetrics } from './operations.js'
 import { createOutbox } from '../outbox/index.js'
 import { startEventRelay } from './events.js'
+import { createReceiptSender } from './receipt.js'
 
 export interface RunningService {
   /** `http://HOST:PORT` of the API. */
@@ -66,6 +67,7 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
       metrics,
       strategy: config.strategy,
       outbox: createOutbox({ schema: config.schema, notify: config.outboxNotify }),
+      sendReceipt: createReceiptSender(provider.url, { timeoutMs: 10_000 }),
       log,
     })
     if (config.relay) {
