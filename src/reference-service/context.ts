@@ -7,6 +7,7 @@ import type { Chaos, CrashPoint } from './chaos.js'
 import type { StrategyName } from './config.js'
 import type { ProviderClient } from './provider-client.js'
 import type { Outbox } from '../outbox/index.js'
+import type { ReceiptSender } from './receipt.js'
 
 /** What every route of the service is built from. */
 export interface ServiceDeps {
@@ -18,6 +19,8 @@ export interface ServiceDeps {
   strategy: StrategyName
   /** Where a completion writes its `charge.succeeded` event. */
   outbox: Outbox
+  /** Sends the customer's receipt, at most once per charge. */
+  sendReceipt: ReceiptSender
   log: (line: string) => void
 }
 

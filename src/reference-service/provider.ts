@@ -101,6 +101,19 @@ export function createProviderServer(options: ProviderOptions = {}): Server {
     return answer
   }
 
+  const messages: ProviderMessage[] = []
+
+  /** A "you were charged" message. Never deduped: the service must not ask twice (at most once). */
+  async function sendMessage(request: IncomingMessage): Promise<Answer> {
+    const text = await readBody(request)
+    if (text === undefined) return error(413, 'invalid_request_error', 'the body is larger than 64 KiB')
+    const payload = parseMessage(text)
+    if (typeof payload === 'string') return error(400, 'invalid_request_error', payload)
+    const message: ProviderMessage = { id: `msg_${randomBytes(12).toString('hex')}`, object: 'message', ...payload, created: Math.floor(Date.now() / 1000) }
+    messages.push(message)
+    return json(200, message)
+  }
+
   function list(url: URL): Answer {
     const orderId = url.searchParams.get('order_id')
     const data = orderId === null ? charges : charges.filter((c) => c.metadata.order_id === orderId)
@@ -114,6 +127,11 @@ export function createProviderServer(options: ProviderOptions = {}): Server {
     if (url.pathname === '/v1/charges') {
       if (method === 'POST') return createCharge(request)
       if (method === 'GET') return list(url)
+      return error(405, 'invalid_request_error', `${method} is not allowed here`)
+    }
+    if (url.pathname === '/v1/messages') {
+      if (method === 'POST') return sendMessage(request)
+      if (method === 'GET') return json(200, { object: 'list', data: messages })
       return error(405, 'invalid_request_error', `${method} is not allowed here`)
     }
     const one = /^\/v1\/charges\/([^/]+)$/.exec(url.pathname)
@@ -153,6 +171,27 @@ export async function startProvider(options: ProviderOptions & { host?: string; 
         server.closeAllConnections()
       }),
   }
+}
+
+export interface ProviderMessage {
+  id: string
+  object: 'message'
+  customer: string
+  charge: unknown
+  created: number
+}
+
+function parseMessage(text: string): { customer: string; charge: unknown } | string {
+  let body: unknown
+  try {
+    body = JSON.parse(text)
+  } catch {
+    return 'the body is not valid JSON'
+  }
+  const { customer, charge } = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>
+  if (typeof customer !== 'string' || customer.length === 0) return 'customer is required'
+  if (charge === undefined) return 'charge is required'
+  return { customer, charge }
 }
 
 interface ChargePayload {

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import type { ChargeInput } from './charge-input.js'
 import { problem } from './problem.js'
 import type { ProviderResult } from './provider-client.js'
@@ -11,9 +11,17 @@ export function newChargeId(): string {
 
 export const CHARGE_ID = /^ch_[0-9a-f]{24}$/
 
+/**
+ * The service's charge id for a provider charge: derived, not random, so a take-over that resumes
+ * after the provider step builds the same charge the receipt and the event already named.
+ */
+export function chargeIdFor(providerChargeId: string): string {
+  return `ch_${createHash('sha256').update(providerChargeId).digest('hex').slice(0, 24)}`
+}
+
 export function chargeFrom(input: ChargeInput, result: Extract<ProviderResult, { outcome: 'charged' }>): ChargeView {
   return {
-    id: newChargeId(),
+    id: chargeIdFor(result.charge.id),
     object: 'charge',
     amount: input.amount,
     currency: input.currency,

@@ -17,6 +17,7 @@ import { startProviderProcess } from './provider-process.js'
 import { createServiceTables } from './sql.js'
 import { createOutbox } from '../outbox/index.js'
 import { startEventRelay } from './events.js'
+import { createReceiptSender } from './receipt.js'
 import { createServiceMetrics, mountServiceConsole, startServiceReconciler } from './operations.js'
 
 export interface RunningService {
@@ -88,6 +89,7 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
       metrics,
       strategy: config.strategy,
       outbox: createOutbox({ schema: config.schema, notify: config.outboxNotify }),
+      sendReceipt: createReceiptSender(provider.url, { timeoutMs: 10_000 }),
       log,
     })
     if (config.relay) {

@@ -7,6 +7,7 @@ import { ProviderUnavailableError, type ProviderResult } from '../provider-clien
 import { chargeFrom, declined, providerMetadata, providerUnavailable } from '../responses.js'
 import { insertCharge } from '../sql.js'
 import { chargeSucceededEvent } from '../events.js'
+import { isOncelyError } from '../../errors.js'
 
 /**
  * oncely's design, on the public API only: the adapter claims the key in its own committed
@@ -46,6 +47,23 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
     }
     if (result.outcome === 'declined') return declined(result)
     const charge = chargeFrom(input, result)
+    // At most once: recorded as started before the call, so a take-over after a crash skips it
+    // (a lost receipt), and never sends a second one. A failed send is not the charge's failure.
+    await execution
+      .step(
+        'receipt',
+        async () => {
+          await deps.sendReceipt({ customer: input.customer, charge })
+          // Sent, not yet recorded as done: an at-least-once step would send it again here.
+          deps.chaos.crashAt('after-receipt', crashPoint)
+          return true
+        },
+        { delivery: 'at-most-once' },
+      )
+      .catch((error: unknown) => {
+        if (isOncelyError(error)) throw error
+        deps.log(`receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
+      })
     guarded.writeOnCompletion(async (tx) => {
       await insertCharge(tx, userId, execution.key, charge)
       // Invariant 8: the event commits with the charge row and the completion, or not at all.
