@@ -103,7 +103,8 @@ export function actedReason(key: KeyDetails): string | undefined {
     return key.expired ? undefined : `it holds a stored ${key.status} outcome (status ${key.responseStatus}) that retries replay`
   }
   if (key.steps.length > 0) return `step results are recorded (${key.steps.map((s) => s.name).join(', ')})`
-  if (key.state === 'suspended') return 'it was suspended after its handler began'
+  if (key.state === 'suspended') return `it was suspended after its handler began${key.outcomeError === null ? '' : ` (its outcome could not be stored: ${key.outcomeError})`}`
+  if (key.interrupted) return 'it was taken over after an earlier owner stopped (that owner may have acted)'
   return 'its owner stopped renewing without recording whether a step began (its provider call may have happened)'
 }
 

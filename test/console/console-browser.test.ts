@@ -6,7 +6,8 @@ import { deriveStepKey, fingerprintRequest } from '../../src/index.js'
 import { inspectKey } from '../../src/ops/keys.js'
 import { providerMetadata } from '../../src/reference-service/responses.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn } from '../helpers/engine.js'
+import { ageClaim } from '../helpers/engine.js'
+import { deadClaim } from '../ops/support/dead-claim.js'
 import { providerCharges, startProvider, startService, type ServiceOptions, type TestProcess } from '../helpers/processes.js'
 import { newUser, post } from '../service/support/api.js'
 
@@ -53,14 +54,12 @@ describe.runIf(runs)('GET /console in Chromium', () => {
     const api = service.url
 
     // A second stuck claim whose owner charged the provider, for the reconcile button.
-    const { store } = engineOn(db)
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000, currency: 'usd', customer: 'cus_ok' } })
-    const claimed = await store.claim({ scope: user, key: 'to-reconcile', fingerprint }, { ttlMs: 86_400_000, staleAfterMs: STALE_AFTER_MS })
-    if (claimed.kind !== 'claimed') throw new Error('no claim')
+    const claim = await deadClaim(db, { scope: user, key: 'to-reconcile', fingerprint, fresh: true })
     const charged = await fetch(`${provider.url}/v1/charges`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': deriveStepKey({ scope: user, key: 'to-reconcile', claimId: claimed.claim.claimId, step: 'charge' }) },
-      body: JSON.stringify({ amount: 1000, currency: 'usd', customer: 'cus_ok', metadata: providerMetadata(user, 'to-reconcile', claimed.claim.claimId) }),
+      headers: { 'content-type': 'application/json', 'idempotency-key': deriveStepKey({ scope: user, key: 'to-reconcile', claimId: claim.claimId, step: 'charge' }) },
+      body: JSON.stringify({ amount: 1000, currency: 'usd', customer: 'cus_ok', metadata: providerMetadata(user, 'to-reconcile', claim.claimId) }),
     })
     expect(charged.status).toBe(200)
     await ageClaim(db, user, 'to-reconcile')
@@ -114,7 +113,7 @@ describe.runIf(runs)('GET /console in Chromium', () => {
     await page.locator('#reconcile').click()
     await page.locator('#message', { hasText: 'completed to-reconcile' }).waitFor()
     expect((await inspectKey({ pool: db.pool, schema: db.schema }, { scope: user, key: 'to-reconcile' }))?.status).toBe('completed')
-    expect((await providerCharges(provider.url, user)).filter((c) => c.metadata.order_id === `ord_${claimed.claim.claimId}`)).toHaveLength(1)
+    expect((await providerCharges(provider.url, user)).filter((c) => c.metadata.order_id === `ord_${claim.claimId}`)).toHaveLength(1)
     await page.close()
   })
 })
