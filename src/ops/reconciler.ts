@@ -8,6 +8,7 @@ import type { ReconcilableRow } from '../store/postgres/statements-ops.js'
 import { resolveAdminDatabase, type AdminDatabase } from './admin-database.js'
 import { logKey, resolveLogger, type LogOption } from './logger.js'
 import type { ReconcileDecisionName } from './reconcile-decisions.js'
+import { publishEngineEvent } from './telemetry.js'
 
 /** What the reconciler's hook is told about a claim it now holds. The request body is not stored. */
 export interface ReconcileClaim<Tx = unknown> {
@@ -121,6 +122,7 @@ export async function reconcileStuckClaims<Tx>(options: ReconcileOptions<Tx>): P
       `reconciler: ${report.detail}`,
     )
     options.onDecision?.(report)
+    publishEngineEvent({ event: 'reconciled', scope: report.scope, key: report.key, claimId: report.claimId, decision: report.decision })
   }
   return reports
 }

@@ -3,6 +3,7 @@ import { DEFAULT_STALE_AFTER_MS, positiveInteger } from '../engine/options.js'
 import { resolveAdminDatabase, type AdminDatabase } from './admin-database.js'
 import { detailsOf, readKeyRow, type KeyDetails } from './keys.js'
 import { logKey, resolveLogger, type LogOption } from './logger.js'
+import { publishEngineEvent } from './telemetry.js'
 
 /** What a cache in front of the store must offer so a release never leaves a stale answer in it. */
 export interface EvictableCache {
@@ -82,6 +83,7 @@ export async function releaseKey(target: AdminDatabase, options: ReleaseKeyOptio
     { audit: 'release', actor, scope, key: logKey(key), claimId: details.claimId, state: details.state, forced: acted !== undefined, providerKeys: details.steps.map((s) => s.providerKey) },
     'idempotency key released',
   )
+  publishEngineEvent({ event: 'released', scope, key, claimId: details.claimId, by: 'operator', actor, forced: acted !== undefined })
   if (options.cache) {
     try {
       await options.cache.evict(scope, key)
