@@ -33,7 +33,7 @@ function recordingTracer() {
   const spans: Array<{ name: string; attributes: Record<string, unknown>; status?: { code: number }; ended: boolean }> = []
   const tracer: TracerLike = {
     startSpan(name, options) {
-      const span = { name, attributes: { ...options?.attributes } as Record<string, unknown>, ended: false } as (typeof spans)[number]
+      const span: (typeof spans)[number] = { name, attributes: { ...options?.attributes }, ended: false }
       spans.push(span)
       const handle: SpanLike = {
         setAttribute: (key, value) => (span.attributes[key] = value),
