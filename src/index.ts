@@ -34,3 +34,5 @@ export { RECONCILE_DECISIONS, REQUEST_OUTCOMES } from './ops/reconcile-decisions
 export type { ReconcileDecisionName, RequestOutcome } from './ops/reconcile-decisions.js'
 export { createConsole } from './ops/console/console-handler.js'
 export type { ConsoleOptions, OperatorConsole } from './ops/console/console-handler.js'
+export { ENGINE_EVENTS, engineChannelName, instrumentEngine, publishEngineEvent } from './ops/telemetry.js'
+export type { EngineEvent, EngineEventName, SpanLike, TracerLike } from './ops/telemetry.js'

@@ -28,6 +28,10 @@ export interface KeySummary {
   /** Past its TTL: the next request with this key is a new operation. */
   expired: boolean
   responseStatus: number | null
+  /** Taken over or suspended at some time: an earlier owner may have acted on it. */
+  interrupted: boolean
+  /** Why an owner could not store the outcome (a deterministic failure): fix it, then let a retry resume. */
+  outcomeError: string | null
 }
 
 /** One committed step of a claim: its name, stored result and the key it passed on. */
@@ -114,6 +118,8 @@ export function summaryOf(row: KeyRow): KeySummary {
     expiresAt: row.expires_at,
     expired: row.expired,
     responseStatus: row.response_status,
+    interrupted: row.interrupted,
+    outcomeError: row.outcome_error,
   }
 }
 

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import type { Engine } from '../engine/engine.js'
 import { invalid, positiveInteger } from '../engine/options.js'
 import { deriveStepKey } from '../engine/phases.js'
@@ -7,7 +8,7 @@ import type { ReconcilableRow } from '../store/postgres/statements-ops.js'
 import { resolveAdminDatabase, type AdminDatabase } from './admin-database.js'
 import { logKey, resolveLogger, type LogOption } from './logger.js'
 import type { ReconcileDecisionName } from './reconcile-decisions.js'
-import { takeOverForReconcile } from './reconcile-take-over.js'
+import { publishEngineEvent } from './telemetry.js'
 
 /** What the reconciler's hook is told about a claim it now holds. The request body is not stored. */
 export interface ReconcileClaim<Tx = unknown> {
@@ -24,9 +25,14 @@ export interface ReconcileClaim<Tx = unknown> {
   stepKeys: Readonly<Record<string, string>>
   /** The key step `name` passes on, committed or not: look an uncommitted step up by it. */
   stepKey(name: string): string
-  createdAt: string
-  /** When the lease was last renewed before the reconciler took the claim over. */
-  lockedAt: string
+  /** Milliseconds since the claim was created. */
+  ageMs: number
+  /** Milliseconds since its lease was last renewed, before the reconciler took it over. */
+  leaseAgeMs: number | null
+  /** The claim was taken over or suspended before: an earlier owner may have acted on it. */
+  interrupted: boolean
+  /** Why an earlier owner could not store its outcome, when that is what suspended it. */
+  outcomeError: string | null
   /** The key is past its TTL: if the hook decides nothing, the claim is settled as failed. */
   expired: boolean
   /** Found it done: stores `response` (with `tx`, inside your transaction with the business and outbox rows). */
@@ -105,17 +111,18 @@ export const OUTCOME_UNKNOWN_RESPONSE: StoredResponse = Object.freeze({
  */
 export async function reconcileStuckClaims<Tx>(options: ReconcileOptions<Tx>): Promise<ReconcileReport[]> {
   const resolved = resolveReconcileOptions(options)
-  const { pool, db, sql, schema } = resolveAdminDatabase(options.database)
+  const { db, sql } = resolveAdminDatabase(options.database)
   const { rows } = await db.query<ReconcilableRow>({ text: sql.reconcilable, values: [resolved.olderThanMs, resolved.limit] })
   const reports: ReconcileReport[] = []
   for (const row of rows) {
-    const report = await reconcileOne(resolved, pool, schema, row, sql.reconcileDetail)
+    const report = await reconcileOne(resolved, row)
     reports.push(report)
     resolved.log[report.decision === 'error' ? 'error' : 'info'](
       { scope: report.scope, key: logKey(report.key), claimId: report.claimId, decision: report.decision },
       `reconciler: ${report.detail}`,
     )
     options.onDecision?.(report)
+    publishEngineEvent({ event: 'reconciled', scope: report.scope, key: report.key, claimId: report.claimId, decision: report.decision })
   }
   return reports
 }
@@ -142,46 +149,51 @@ export function resolveReconcileOptions<Tx>(options: ReconcileOptions<Tx>) {
   })
 }
 
-async function reconcileOne<Tx>(options: Resolved<Tx>, pool: AdminDatabase['pool'], schema: string, row: ReconcilableRow, detailSql: string): Promise<ReconcileReport> {
-  const base = { scope: row.user_id, key: row.key, claimId: row.claim_id }
-  const { store, leaseRenewMs, ttlMs } = options.engine.options
-  const claim = await takeOverForReconcile(store, row, options.olderThanMs, ttlMs)
+async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Promise<ReconcileReport> {
+  const { store } = options.engine.options
+  const seen = await store.read(row.user_id, row.key)
+  const base = { scope: row.user_id, key: row.key, claimId: seen?.claimId ?? row.claim_id }
+  if (seen === null || seen.status !== 'in_progress') return { ...base, decision: 'skipped', detail: 'settled or released before the reconciler got to it' }
+  // Invariant 4: the engine's own take-over, the compare-and-swap a retry runs, re-checking in
+  // the database's clock that the lease is older than olderThanMs. The reconciler must not
+  // lengthen the key's life (1 ms instead of the TTL), or a claim nobody retries would never
+  // reach its TTL and be settled.
+  const claim = await store.takeOver(seen, { fenceToken: randomUUID(), staleAfterMs: options.olderThanMs, ttlMs: 1 })
   if (claim === null) return { ...base, decision: 'skipped', detail: 'someone else took the claim over or settled it first' }
   const fence: Fence = { scope: claim.scope, key: claim.key, fenceToken: claim.fenceToken }
-  const { rows } = await pool.query<{ created_at: string; locked_at: string; expired: boolean }>({ text: detailSql, values: [claim.scope, claim.key, claim.fenceToken] })
-  const detail = rows[0]
+  const expired = seen.expiresInMs <= 0
   // Invariant 3: while the hook looks the outcome up, the lease is renewed like any owner's.
-  const lease = setInterval(() => void store.renewLease(fence, ttlMs).catch(() => undefined), leaseRenewMs)
+  const lease = setInterval(() => void store.renewLease(fence, 1).catch(() => undefined), options.engine.options.leaseRenewMs)
   lease.unref()
   let settled: 'completed' | 'failed' | undefined
   const settle = (status: 'completed' | 'failed') => async (response: StoredResponse, settleOptions: { tx?: Tx } = {}) => {
     if (settled !== undefined) throw invalid('complete/fail', `was already called (${settled})`, status)
-    if (!(await store.complete(fence, { status, response }, settleOptions.tx))) {
-      throw new LostClaim()
-    }
+    if (!(await store.complete(fence, { status, response }, settleOptions.tx))) throw new LostClaim()
     settled = status
   }
   const stepKey = (step: string) => deriveStepKey({ scope: claim.scope, key: claim.key, claimId: claim.claimId, step })
   try {
     await options.hook({
       ...base,
-      fingerprint: row.request_hash,
+      fingerprint: seen.fingerprint,
       recoveryPoint: claim.recoveryPoint,
       steps: claim.phases,
       stepKeys: Object.fromEntries(Object.keys(claim.phases).map((step) => [step, stepKey(step)])),
       stepKey,
-      createdAt: detail?.created_at ?? '',
-      lockedAt: detail?.locked_at ?? '',
-      expired: detail?.expired ?? false,
+      ageMs: seen.ageMs,
+      leaseAgeMs: seen.leaseAgeMs,
+      interrupted: seen.interrupted,
+      outcomeError: seen.outcomeError,
+      expired,
       complete: settle('completed'),
       fail: settle('failed'),
     })
     if (settled !== undefined) return { ...base, decision: settled, detail: `${settled}: the hook found the outcome and stored it` }
-    if (detail?.expired) {
+    if (expired) {
       if (!(await store.complete(fence, { status: 'failed', response: options.expiredResponse }))) throw new LostClaim()
       return { ...base, decision: 'expired', detail: `nothing found and the key is past its TTL: settled as failed (${options.expiredResponse.status})` }
     }
-    await store.suspend(fence)
+    if (!(await store.suspend(fence))) throw new LostClaim()
     return { ...base, decision: 'unresolved', detail: 'nothing found: left suspended with the same identity, so a retry resumes with the same provider keys' }
   } catch (error) {
     if (error instanceof LostClaim) return { ...base, decision: 'skipped', detail: 'a retry took the claim over while the hook ran; it settles it' }

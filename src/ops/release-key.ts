@@ -3,6 +3,7 @@ import { DEFAULT_STALE_AFTER_MS, positiveInteger } from '../engine/options.js'
 import { resolveAdminDatabase, type AdminDatabase } from './admin-database.js'
 import { detailsOf, readKeyRow, type KeyDetails } from './keys.js'
 import { logKey, resolveLogger, type LogOption } from './logger.js'
+import { publishEngineEvent } from './telemetry.js'
 
 /** What a cache in front of the store must offer so a release never leaves a stale answer in it. */
 export interface EvictableCache {
@@ -82,6 +83,7 @@ export async function releaseKey(target: AdminDatabase, options: ReleaseKeyOptio
     { audit: 'release', actor, scope, key: logKey(key), claimId: details.claimId, state: details.state, forced: acted !== undefined, providerKeys: details.steps.map((s) => s.providerKey) },
     'idempotency key released',
   )
+  publishEngineEvent({ event: 'released', scope, key, claimId: details.claimId, by: 'operator', actor, forced: acted !== undefined })
   if (options.cache) {
     try {
       await options.cache.evict(scope, key)
@@ -103,7 +105,8 @@ export function actedReason(key: KeyDetails): string | undefined {
     return key.expired ? undefined : `it holds a stored ${key.status} outcome (status ${key.responseStatus}) that retries replay`
   }
   if (key.steps.length > 0) return `step results are recorded (${key.steps.map((s) => s.name).join(', ')})`
-  if (key.state === 'suspended') return 'it was suspended after its handler began'
+  if (key.state === 'suspended') return `it was suspended after its handler began${key.outcomeError === null ? '' : ` (its outcome could not be stored: ${key.outcomeError})`}`
+  if (key.interrupted) return 'it was taken over after an earlier owner stopped (that owner may have acted)'
   return 'its owner stopped renewing without recording whether a step began (its provider call may have happened)'
 }
 

@@ -6,7 +6,8 @@ import { deriveStepKey, fingerprintRequest } from '../../src/index.js'
 import { inspectKey } from '../../src/ops/keys.js'
 import { providerMetadata } from '../../src/reference-service/responses.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, storeClaim } from '../helpers/engine.js'
+import { ageClaim } from '../helpers/engine.js'
+import { deadClaim } from '../ops/support/dead-claim.js'
 import { providerCharges, startProvider, startService, type ServiceOptions, type TestProcess } from '../helpers/processes.js'
 import { newUser, post } from '../service/support/api.js'
 
@@ -53,14 +54,12 @@ describe.runIf(runs)('GET /console in Chromium', () => {
     const api = service.url
 
     // A second stuck claim whose owner charged the provider, for the reconcile button.
-    const { store } = engineOn(db)
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000, currency: 'usd', customer: 'cus_ok' } })
-    const claimed = await storeClaim(store, { scope: user, key: 'to-reconcile', fingerprint })
-    if (claimed.kind !== 'claimed') throw new Error('no claim')
+    const claim = await deadClaim(db, { scope: user, key: 'to-reconcile', fingerprint, fresh: true })
     const charged = await fetch(`${provider.url}/v1/charges`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': deriveStepKey({ scope: user, key: 'to-reconcile', claimId: claimed.claim.claimId, step: 'charge' }) },
-      body: JSON.stringify({ amount: 1000, currency: 'usd', customer: 'cus_ok', metadata: providerMetadata(user, 'to-reconcile', claimed.claim.claimId) }),
+      headers: { 'content-type': 'application/json', 'idempotency-key': deriveStepKey({ scope: user, key: 'to-reconcile', claimId: claim.claimId, step: 'charge' }) },
+      body: JSON.stringify({ amount: 1000, currency: 'usd', customer: 'cus_ok', metadata: providerMetadata(user, 'to-reconcile', claim.claimId) }),
     })
     expect(charged.status).toBe(200)
     await ageClaim(db, user, 'to-reconcile')
@@ -79,8 +78,8 @@ describe.runIf(runs)('GET /console in Chromium', () => {
     expect(await stuckRow.locator('td').first().textContent()).toBe('stuck')
     // Requests after the first sample, so the rates show them (and the screenshot too).
     for (let i = 0; i < 3; i++) await post(api, { user, key: `paid-${i}` })
-    // The rates the page shows, read in the page (a string, so this file needs no DOM types).
-    await page.waitForFunction("[...document.querySelectorAll('#rates .tile b')].some((b) => Number(b.textContent) > 0)")
+    // The page's CSP allows no eval, so the rates are read through locators, not page functions.
+    await expect.poll(async () => (await page.locator('#rates .tile b').allTextContents()).some((text) => Number(text) > 0), { timeout: 15_000 }).toBe(true)
     await page.screenshot({ path: SCREENSHOT, fullPage: true })
 
     // A page of another origin (the provider's port) posts a release to the console: refused.
@@ -114,7 +113,7 @@ describe.runIf(runs)('GET /console in Chromium', () => {
     await page.locator('#reconcile').click()
     await page.locator('#message', { hasText: 'completed to-reconcile' }).waitFor()
     expect((await inspectKey({ pool: db.pool, schema: db.schema }, { scope: user, key: 'to-reconcile' }))?.status).toBe('completed')
-    expect((await providerCharges(provider.url, user)).filter((c) => c.metadata.order_id === `ord_${claimed.claim.claimId}`)).toHaveLength(1)
+    expect((await providerCharges(provider.url, user)).filter((c) => c.metadata.order_id === `ord_${claim.claimId}`)).toHaveLength(1)
     await page.close()
   })
 })

@@ -3,7 +3,7 @@ import { fingerprintRequest } from '../../src/index.js'
 import { createConsole } from '../../src/ops/console/console-handler.js'
 import { inspectKey } from '../../src/ops/keys.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, storeClaim } from '../helpers/engine.js'
+import { deadClaim } from '../ops/support/dead-claim.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -24,11 +24,7 @@ async function csrfOf(operatorConsole: ReturnType<typeof createConsole>, headers
 
 describe('the console handler', () => {
   it('refuses a change without the CSRF token or from another origin, and makes it with both', async () => {
-    const { store } = engineOn(db)
-    const fingerprint = fingerprintRequest({ method: 'POST', route: '/x', body: null })
-    const claimed = await storeClaim(store, { scope: 'c1', key: 'k', fingerprint })
-    expect(claimed.kind).toBe('claimed')
-    await ageClaim(db, 'c1', 'k')
+    await deadClaim(db, { scope: 'c1', key: 'k', fingerprint: fingerprintRequest({ method: 'POST', route: '/x', body: null }) })
     const operatorConsole = createConsole({ database: { pool: db.pool, schema: db.schema }, staleAfterMs: 1000, log: quiet })
     const csrf = await csrfOf(operatorConsole)
     const body = JSON.stringify({ user: 'c1', key: 'k', force: true })

@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprintRequest } from '../../src/index.js'
 import { runCli } from '../helpers/cli.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, jsonResponse, storeClaim } from '../helpers/engine.js'
+import { engineOn, jsonResponse } from '../helpers/engine.js'
+import { deadClaim } from './support/dead-claim.js'
 
 let db: TestDatabase
 let env: Record<string, string>
@@ -17,12 +18,9 @@ afterAll(async () => {
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: {} })
 
 describe('oncely keys and oncely stats', () => {
-  it('list --stuck, show, release (refused, then --force with the provider keys and an audit line), stats', async () => {
-    const { store, engine } = engineOn(db)
-    const claimed = await storeClaim(store, { scope: '7', key: 'stuck-1', fingerprint })
-    if (claimed.kind !== 'claimed') throw new Error('no claim')
-    await store.commitPhase({ scope: '7', key: 'stuck-1', fenceToken: claimed.claim.fenceToken }, 'charge', { id: 'ch_x' })
-    await ageClaim(db, '7', 'stuck-1')
+  it('list --stuck, show, release (refused, then --force with the provider keys and an audit line), stats', { timeout: 120_000 }, async () => {
+    const { engine } = engineOn(db)
+    await deadClaim(db, { scope: '7', key: 'stuck-1', fingerprint, step: 'charge' })
     await engine.run({ scope: '7', key: 'done-1', fingerprint }, async () => jsonResponse(201, '{"id":"ch_ok"}'))
 
     const list = await runCli(['keys', 'list', '--stuck', '--json'], env)

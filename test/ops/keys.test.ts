@@ -4,7 +4,8 @@ import { inspectKey, listKeys } from '../../src/ops/keys.js'
 import { keyStats } from '../../src/ops/key-stats.js'
 import { releaseKey } from '../../src/ops/release-key.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, jsonResponse, keyTable, storeClaim } from '../helpers/engine.js'
+import { engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
+import { deadClaim as makeDeadClaim } from './support/dead-claim.js'
 
 let db: TestDatabase
 let target: { pool: TestDatabase['pool']; schema: string }
@@ -21,17 +22,7 @@ const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', b
 let nextScope = 1
 const newScope = () => `keys-${nextScope++}`
 
-/** A claim whose owner is gone: claimed through the store (no lease timer), then aged. */
-async function deadClaim(scope: string, key: string, options: { step?: string; suspend?: boolean } = {}) {
-  const { store } = engineOn(db)
-  const result = await storeClaim(store, { scope, key, fingerprint })
-  if (result.kind !== 'claimed') throw new Error(`expected a claim, got ${result.kind}`)
-  const fence = { scope, key, fenceToken: result.claim.fenceToken }
-  if (options.step) await store.commitPhase(fence, options.step, { id: 'ch_1' })
-  if (options.suspend) await store.suspend(fence)
-  await ageClaim(db, scope, key)
-  return result.claim
-}
+const deadClaim = (scope: string, key: string, options: { step?: string; suspend?: boolean } = {}) => makeDeadClaim(db, { scope, key, fingerprint, ...options })
 
 function captureLog() {
   const lines: Array<{ fields: Record<string, unknown>; message: string }> = []
@@ -58,7 +49,7 @@ describe('listKeys and inspectKey', () => {
     const details = await inspectKey(target, { scope, key: 'suspended', staleAfterMs: STALE })
     expect(details).toMatchObject({ state: 'suspended', fingerprint, recoveryPoint: 'charge', response: null })
     expect(details?.steps).toEqual([
-      { name: 'charge', result: { id: 'ch_1' }, providerKey: deriveStepKey({ scope, key: 'suspended', claimId: details?.claimId ?? '', step: 'charge' }) },
+      { name: 'charge', result: { id: 'ch_step' }, providerKey: deriveStepKey({ scope, key: 'suspended', claimId: details?.claimId ?? '', step: 'charge' }) },
     ])
     const done = await inspectKey(target, { scope, key: 'done' })
     expect(done?.response).toEqual({ status: 201, headers: [['content-type', 'application/json']], body: '{"id":"ch_9"}', bodyEncoding: 'utf8' })

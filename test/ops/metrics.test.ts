@@ -5,7 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprintRequest } from '../../src/index.js'
 import { createMetrics } from '../../src/ops/metrics.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, keyTable, storeClaim } from '../helpers/engine.js'
+import { engineOn, keyTable } from '../helpers/engine.js'
+import { deadClaim } from './support/dead-claim.js'
 
 const run = promisify(execFile)
 let db: TestDatabase
@@ -89,13 +90,11 @@ describe('oncely/metrics', () => {
   })
 
   it('counts running claims by lease age and by age since creation, so a hung handler that renews shows', async () => {
-    const { engine, store } = engineOn(db, { staleAfterMs: 60_000 })
+    const { engine } = engineOn(db, { staleAfterMs: 60_000 })
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/r', body: null })
     const hung = await engine.begin({ scope: 'm', key: 'hung', fingerprint })
     await db.pool.query(`UPDATE ${keyTable(db)} SET created_at = now() - interval '2 hours' WHERE user_id = 'm' AND key = 'hung'`)
-    const dead = await storeClaim(store, { scope: 'm', key: 'dead', fingerprint })
-    if (dead.kind === 'claimed') await store.suspend({ scope: 'm', key: 'dead', fenceToken: dead.claim.fenceToken })
-    await ageClaim(db, 'm', 'dead')
+    await deadClaim(db, { scope: 'm', key: 'dead', fingerprint, suspend: true })
     const metrics = createMetrics({ database: { pool: db.pool, schema: db.schema }, staleAfterMs: 60_000, log: captureLog().log })
     expect(await sample(metrics, 'oncely_running_claims', { state: 'held' })).toBe(1)
     expect(await sample(metrics, 'oncely_running_claims', { state: 'suspended' })).toBe(1)

@@ -9,7 +9,8 @@ import { createServiceTables } from '../../src/reference-service/sql.js'
 import { withTransaction } from '../../src/store/postgres/index.js'
 import { runCli } from '../helpers/cli.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, storeClaim } from '../helpers/engine.js'
+import { ageClaim } from '../helpers/engine.js'
+import { deadClaim } from './support/dead-claim.js'
 import { providerCharges, startProvider, startService, type ServiceOptions, type TestProcess } from '../helpers/processes.js'
 import { get, newUser, post } from '../service/support/api.js'
 
@@ -113,16 +114,14 @@ describe('oncely reconcile', () => {
     // The crash itself is proven above; here the stuck claims are made directly: an owner that
     // charged the provider (with the route's metadata) and died, and one that died before.
     const user = newUser()
-    const { store } = engineOn(db)
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000 } })
     for (const key of ['on-demand', 'own-hook']) {
-      const claimed = await storeClaim(store, { scope: user, key, fingerprint })
-      if (claimed.kind !== 'claimed') throw new Error('no claim')
+      const claim = await deadClaim(db, { scope: user, key, fingerprint, fresh: true })
       if (key === 'on-demand') {
         const answer = await fetch(`${provider.url}/v1/charges`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json', 'idempotency-key': deriveStepKey({ scope: user, key, claimId: claimed.claim.claimId, step: 'charge' }) },
-          body: JSON.stringify({ amount: 1000, currency: 'usd', customer: 'cus_ok', metadata: providerMetadata(user, key, claimed.claim.claimId) }),
+          headers: { 'content-type': 'application/json', 'idempotency-key': deriveStepKey({ scope: user, key, claimId: claim.claimId, step: 'charge' }) },
+          body: JSON.stringify({ amount: 1000, currency: 'usd', customer: 'cus_ok', metadata: providerMetadata(user, key, claim.claimId) }),
         })
         expect(answer.status).toBe(200)
       }

@@ -6,7 +6,8 @@ import { reconcileStuckClaims, type ReconcileClaim, type ReconcileHook } from '.
 import { withTransaction, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { latch } from '../helpers/deferred.js'
-import { ageClaim, engineOn, jsonResponse, storeClaim } from '../helpers/engine.js'
+import { engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
+import { deadClaim as makeDeadClaim } from './support/dead-claim.js'
 
 const STALE = 60_000
 let db: TestDatabase
@@ -23,15 +24,7 @@ let nextScope = 1
 const newScope = () => `rec-${nextScope++}`
 const quiet = { info() {}, warn() {}, error() {} }
 
-/** A claim whose owner died: claimed through the store (no lease timer), optionally a step, then aged. */
-async function deadClaim(scope: string, key: string, step?: string) {
-  const { store } = engineOn(db)
-  const result = await storeClaim(store, { scope, key, fingerprint })
-  if (result.kind !== 'claimed') throw new Error(`expected a claim, got ${result.kind}`)
-  if (step) await store.commitPhase({ scope, key, fenceToken: result.claim.fenceToken }, step, { id: 'ch_step' })
-  await ageClaim(db, scope, key)
-  return result.claim
-}
+const deadClaim = (scope: string, key: string, step?: string) => makeDeadClaim(db, { scope, key, fingerprint, ...(step === undefined ? {} : { step }) })
 
 function reconcile(hook: ReconcileHook<Queryable>, pool: pg.Pool = db.pool) {
   const { engine } = engineOn(db, { staleAfterMs: STALE }, pool)
@@ -73,6 +66,21 @@ describe('reconcileStuckClaims', () => {
     const retry = await engine.begin({ scope, key: 'absent', fingerprint })
     expect(retry.kind === 'execute' && retry.execution.claimId).toBe(claim.claimId)
     if (retry.kind === 'execute') await retry.execution.complete(jsonResponse(201, '{}'))
+  })
+
+  it('nothing found past the TTL: settled as failed with a stored problem; before it, the reconciler never lengthens the key\'s life', async () => {
+    const scope = newScope()
+    await deadClaim(scope, 'old')
+    await deadClaim(scope, 'young')
+    await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 minute' WHERE user_id = $1 AND key = 'old'`, [scope])
+    const expiresAt = async () => (await db.pool.query<{ e: string }>(`SELECT expires_at::text AS e FROM ${keyTable(db)} WHERE user_id = $1 AND key = 'young'`, [scope])).rows[0]?.e
+    const before = await expiresAt()
+    const reports = await reconcile(async () => {})
+    expect(Object.fromEntries(reports.filter((r) => r.scope === scope).map((r) => [r.key, r.decision]))).toEqual({ old: 'expired', young: 'unresolved' })
+    const old = await inspectKey({ pool: db.pool, schema: db.schema }, { scope, key: 'old' })
+    expect(old).toMatchObject({ status: 'failed', response: { status: 502 } })
+    expect(JSON.parse(old?.response?.body ?? '{}')).toMatchObject({ type: 'https://oncely.dev/problems/outcome-unknown', status: 502 })
+    expect(await expiresAt()).toBe(before)
   })
 
   it('a hook that throws leaves the claim suspended and reports the error; fail stores a final failure', async () => {

@@ -102,6 +102,8 @@ function showText(key: KeyDetails): string {
     `  expires         ${key.expiresAt}`,
   ]
   if (key.leaseAgeMs !== null) lines.push(`  lease           renewed ${formatAge(key.leaseAgeMs)} ago`)
+  if (key.interrupted) lines.push('  interrupted     taken over or suspended before: an earlier owner may have acted')
+  if (key.outcomeError !== null) lines.push(`  outcome error   ${key.outcomeError}`)
   for (const step of key.steps) lines.push(`  step ${step.name}: provider key ${step.providerKey}`, `    ${JSON.stringify(step.result)}`)
   if (key.response) {
     lines.push(`  response        ${key.response.status}`)

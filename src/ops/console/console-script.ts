@@ -110,6 +110,8 @@ async function showKey(user, key) {
   add('recovery point', k.recoveryPoint ?? '(none)'); add('created', k.createdAt + ' (' + age(k.ageMs) + ' ago)')
   if (k.leaseAgeMs !== null) add('lease', 'renewed ' + age(k.leaseAgeMs) + ' ago')
   add('expires', k.expiresAt)
+  if (k.interrupted) add('interrupted', 'taken over or suspended before: an earlier owner may have acted')
+  if (k.outcomeError) add('outcome error', k.outcomeError)
   for (const step of k.steps) add('step ' + step.name, 'provider key ' + step.providerKey + '\n' + JSON.stringify(step.result))
   const parts = [list]
   if (k.response) {

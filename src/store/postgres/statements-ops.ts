@@ -31,6 +31,10 @@ export interface KeyRow {
   /** `in_progress` and (suspended, or the lease is older than the stale threshold). */
   stuck: boolean
   response_status: number | null
+  /** Taken over or suspended at some time: an earlier owner may have acted on it. */
+  interrupted: boolean
+  /** Why an owner could not store its outcome (the claim stays suspended), else NULL. */
+  outcome_error: string | null
 }
 
 /** `KeyRow` and what only the detail view needs. */
@@ -70,8 +74,6 @@ export interface ReconcilableRow {
   user_id: string
   key: string
   claim_id: string
-  request_hash: string
-  lock_token: string | null
 }
 
 /** The value bound as the stats statement's $2. */
@@ -86,7 +88,6 @@ export interface OpsStatements {
   stats: string
   runningClaims: string
   reconcilable: string
-  reconcileDetail: string
 }
 
 /** Builds the operations statements for one schema. `schema` is an already-quoted identifier. */
@@ -97,7 +98,7 @@ export function buildOpsStatements(schema: string): OpsStatements {
          CASE WHEN k.status = 'in_progress' THEN ${ageMs('k.locked_at')} END AS lease_age_ms,
          ${ageMs('k.created_at')} AS age_ms, k.expires_at <= now() AS expired,
          k.status = 'in_progress' AND (k.lock_token IS NULL OR k.locked_at <= now() - ${ms('$1')}) AS stuck,
-         k.response_status`
+         k.response_status, k.interrupted, k.outcome_error`
   return {
     // $1 stale ms, $2 user or NULL for every user, $3 only stuck claims, $4 limit. Stuck claims
     // come first, oldest lease first; then the newest keys.
@@ -153,18 +154,13 @@ export function buildOpsStatements(schema: string): OpsStatements {
         FROM ${table}
        WHERE status = 'in_progress'`,
     // $1 reconcile-after ms, $2 limit. Suspended claims nobody retried and claims whose owner
-    // stopped renewing; oldest lease first. SKIP LOCKED is not needed: the take-over that
-    // follows is the compare-and-swap that decides (Invariant 4).
+    // stopped renewing; oldest lease first. SKIP LOCKED is not needed: the engine's take-over
+    // that follows is the compare-and-swap that decides (Invariant 4).
     reconcilable: `
-      SELECT user_id, key, claim_id::text, request_hash, lock_token::text
+      SELECT user_id, key, claim_id::text
         FROM ${table}
        WHERE status = 'in_progress' AND locked_at <= now() - ${ms('$1')}
        ORDER BY locked_at
        LIMIT $2`,
-    // What the reconciler's hook is told about a claim it now owns. $1 user, $2 key, $3 token.
-    reconcileDetail: `
-      SELECT created_at::text, locked_at::text, expires_at::text, expires_at <= now() AS expired
-        FROM ${table}
-       WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid`,
   }
 }

@@ -1,0 +1,140 @@
+import { channel } from 'node:diagnostics_channel'
+import type { BeginInput, Decision, Engine, FailurePolicy, RunResult } from '../engine/engine.js'
+import type { Execution } from '../engine/execution.js'
+import type { StoredResponse } from '../engine/types.js'
+import { isOncelyError } from '../errors.js'
+
+/**
+ * The engine's events, each on its own `node:diagnostics_channel` channel (`oncely:<event>`),
+ * for users with their own telemetry. A channel with no subscriber costs nothing.
+ */
+export const ENGINE_EVENTS = ['claimed', 'taken-over', 'replayed', 'conflict', 'mismatch', 'invalid', 'lock-lost', 'completed', 'failed', 'released', 'suspended', 'swept', 'reconciled'] as const
+export type EngineEventName = (typeof ENGINE_EVENTS)[number]
+
+/** What every event carries; `key` is the raw key, for in-process subscribers only: hash it before you log it. */
+export interface EngineEvent {
+  event: EngineEventName
+  scope?: string
+  key?: string
+  claimId?: string
+  recoveryPoint?: string | null
+  [detail: string]: unknown
+}
+
+/** The channel name of an event: `oncely:claimed`, `oncely:lock-lost`, … */
+export function engineChannelName(event: EngineEventName): string {
+  return `oncely:${event}`
+}
+
+const channels = new Map(ENGINE_EVENTS.map((event) => [event, channel(engineChannelName(event))]))
+
+/** Publishes one event, only when someone listens. */
+export function publishEngineEvent(event: EngineEvent): void {
+  const target = channels.get(event.event)
+  if (target?.hasSubscribers) target.publish(event)
+}
+
+/** The subset of an OpenTelemetry `Span` oncely uses (`@opentelemetry/api`, an optional peer). */
+export interface SpanLike {
+  setAttribute(name: string, value: string | number | boolean): unknown
+  setStatus(status: { code: number; message?: string }): unknown
+  end(): void
+}
+
+/** The subset of an OpenTelemetry `Tracer` oncely uses: pass `trace.getTracer('oncely')`. */
+export interface TracerLike {
+  startSpan(name: string, options?: { attributes?: Record<string, string | number | boolean> }): SpanLike
+}
+
+/** OpenTelemetry's `SpanStatusCode.ERROR`, without importing the API. */
+const SPAN_ERROR = 2
+
+/**
+ * Wraps an engine so that every request is an OpenTelemetry span `oncely.request` (attributes
+ * `idempotency.outcome`, `idempotency.recovery_point`, `idempotency.claim`) when a tracer is
+ * given, and every event is published on `node:diagnostics_channel`. The wrapped engine is used
+ * exactly like the original (pass it to the adapters). Nothing is imported from
+ * `@opentelemetry/api`: the tracer you pass is the only link.
+ *
+ * @example
+ * ```ts
+ * import { trace } from '@opentelemetry/api'
+ * import { instrumentEngine } from 'oncely'
+ * const traced = instrumentEngine(engine, { tracer: trace.getTracer('oncely') })
+ * ```
+ */
+export function instrumentEngine<Tx>(engine: Engine<Tx>, options: { tracer?: TracerLike } = {}): Engine<Tx> {
+  const { tracer } = options
+
+  const started = (input: BeginInput) => tracer?.startSpan('oncely.request', { attributes: { 'idempotency.scope': String(input.scope) } })
+
+  function answered(decision: Exclude<Decision<Tx>, { kind: 'execute' }>, input: BeginInput, span: SpanLike | undefined): void {
+    const outcome = decision.kind === 'replay' ? 'replayed' : decision.kind
+    publishEngineEvent({ event: outcome, scope: String(input.scope), ...(typeof input.key === 'string' ? { key: input.key } : {}) })
+    span?.setAttribute('idempotency.outcome', outcome)
+    span?.end()
+  }
+
+  function owned(execution: Execution<Tx>, span: SpanLike | undefined): void {
+    const base = { scope: execution.scope, key: execution.key, claimId: execution.claimId }
+    publishEngineEvent({ event: execution.how === 'take-over' ? 'taken-over' : 'claimed', ...base, recoveryPoint: execution.recoveryPoint, how: execution.how })
+    span?.setAttribute('idempotency.claim', execution.how)
+    let ended = false
+    const end = (event: EngineEventName, error?: unknown) => {
+      // One event per execution: release() may suspend through the wrapped suspend().
+      if (ended) return
+      ended = true
+      publishEngineEvent({ event, ...base, recoveryPoint: execution.recoveryPoint })
+      span?.setAttribute('idempotency.outcome', event === 'completed' ? 'created' : event)
+      span?.setAttribute('idempotency.recovery_point', execution.recoveryPoint ?? '')
+      if (error !== undefined) span?.setStatus({ code: SPAN_ERROR, message: error instanceof Error ? error.message : 'the execution failed' })
+      span?.end()
+    }
+    // Each way an execution ends, wrapped on this instance: the class stays the engine's.
+    const settledEvent = (): EngineEventName => (execution.state === 'completed' ? 'completed' : execution.state === 'failed' ? 'failed' : execution.state === 'suspended' ? 'suspended' : 'released')
+    const watch = async <R>(ending: Promise<R>): Promise<R> => {
+      try {
+        const result = await ending
+        end(settledEvent())
+        return result
+      } catch (error) {
+        end(isOncelyError(error, 'ONCELY_LOCK_LOST') ? 'lock-lost' : execution.state === 'suspended' ? 'suspended' : 'failed', error)
+        throw error
+      }
+    }
+    const complete = execution.complete.bind(execution)
+    const fail = execution.fail.bind(execution)
+    const completeInTransaction = execution.completeInTransaction.bind(execution)
+    const release = execution.release.bind(execution)
+    const suspend = execution.suspend.bind(execution)
+    execution.complete = (response, settle) => watch(complete(response, settle))
+    execution.fail = (response, settle) => watch(fail(response, settle))
+    execution.completeInTransaction = (work) => watch(completeInTransaction(work))
+    execution.release = () => watch(release())
+    execution.suspend = () => watch(suspend())
+  }
+
+  async function begin(input: BeginInput): Promise<Decision<Tx>> {
+    const span = started(input)
+    const decision = await engine.begin(input)
+    if (decision.kind === 'execute') owned(decision.execution, span)
+    else answered(decision, input, span)
+    return decision
+  }
+
+  async function run(input: BeginInput, handler: (execution: Execution<Tx>) => Promise<StoredResponse>, runOptions?: { onFailure?: FailurePolicy }): Promise<RunResult<Tx>> {
+    const span = started(input)
+    const result = await engine.run(
+      input,
+      (execution) => {
+        owned(execution, span)
+        return handler(execution)
+      },
+      runOptions,
+    )
+    if (result.kind !== 'executed') answered(result, input, span)
+    return result
+  }
+
+  return Object.freeze({ options: engine.options, begin, run })
+}
