@@ -8,7 +8,7 @@ import { createPostgresStore, migrate, withTransaction, type Queryable } from '.
 import { createServiceApp } from './app.js'
 import { createChaos } from './chaos.js'
 import type { ServiceConfig } from './config.js'
-import { openDatabase } from './database.js'
+import { openDatabase, SERVICE_POOL_SETTINGS } from './database.js'
 import { createProviderClient } from './provider-client.js'
 import { startProviderProcess } from './provider-process.js'
 import { createServiceTables } from './sql.js'
@@ -39,14 +39,24 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
   try {
     const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log })
     cleanups.push(() => database.stop())
-    const pool = new pg.Pool({ connectionString: database.url, max: 20, connectionTimeoutMillis: 5000 })
+    if (config.migrate) {
+      // Migrations wait for each other's advisory lock and may build indexes: not under the
+      // request pool's timeouts.
+      const migrations = new pg.Pool({ connectionString: database.url, max: 1 })
+      try {
+        await migrate({ pool: migrations, schema: config.schema })
+        await withTransaction(migrations, createServiceTables)
+      } finally {
+        await migrations.end()
+      }
+    }
+    const pool = new pg.Pool({ connectionString: database.url, ...SERVICE_POOL_SETTINGS })
     // An idle connection the server drops must not take the process down.
     pool.on('error', (error) => log(`database connection lost: ${error.message}`))
+    // Nor one checked out between two statements of a transaction: pg emits the socket's error on
+    // the client, and a client out of the pool has no listener of the pool's.
+    pool.on('connect', (client) => client.on('error', () => {}))
     cleanups.push(() => pool.end())
-    if (config.migrate) {
-      await migrate({ pool, schema: config.schema })
-      await withTransaction(pool, createServiceTables)
-    }
     const provider = config.providerUrl
       ? { url: config.providerUrl, description: `provider at ${config.providerUrl}`, stop: async () => {} }
       : await startProviderProcess({ host: '127.0.0.1', port: config.providerPort, latencyMs: config.providerLatencyMs, log })

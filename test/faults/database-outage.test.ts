@@ -1,0 +1,63 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { versionIndependentPass } from '../helpers/test-passes.js'
+import { newUser } from '../service/support/api.js'
+import { badAnswers, exactlyOnceViolations, keysOf, send, serviceWaitsOnLocks, settleKeys, startFaultBed, type FaultBed, type Sent } from './support/fault-bed.js'
+
+// Issue 8, database faults (b): the database goes away for about a second and comes back with
+// requests in flight. A proxy the test owns stands for the server (the machine's PostgreSQL is
+// shared and never stopped): it cuts every connection and refuses new ones, then accepts again.
+// This is the client side of a restart (sockets die, connects are refused), the same on every
+// PostgreSQL version, so it runs in one of CI's two passes (test/helpers/test-passes.ts).
+let bed: FaultBed
+
+beforeAll(async () => {
+  if (versionIndependentPass) bed = await startFaultBed('outage')
+})
+
+afterAll(async () => {
+  await bed?.close()
+})
+
+describe.skipIf(!versionIndependentPass)('the database down for a second with requests in flight', () => {
+  it('answers 503 + Retry-After while it is down, never hangs, and every key ends charged once within 30 s of its return', { timeout: 90_000 }, async () => {
+    const user = newUser()
+    const inStep = keysOf('outage-step', 10)
+    const inCompletion = keysOf('outage-done', 10)
+    const whileDown = keysOf('outage-new', 5)
+
+    // Ten requests claimed and inside their provider call (held at the gate).
+    bed.gate.hold(inStep.length)
+    const stepping = inStep.map((key) => send(bed, user, key))
+    await bed.gate.waiting(inStep.length)
+
+    // Ten requests past the provider, inside their completion transaction: the service's charges
+    // table is locked, so each waits on its INSERT.
+    await bed.admin.query('BEGIN')
+    await bed.admin.query('LOCK TABLE oncely_reference.charges IN ACCESS EXCLUSIVE MODE')
+    const completing = inCompletion.map((key) => send(bed, user, key))
+    await serviceWaitsOnLocks(bed, inCompletion.length)
+
+    // The database goes away: every connection cut, new ones refused.
+    await bed.proxy.down()
+    await bed.admin.query('COMMIT')
+    bed.gate.release()
+    const downAt = performance.now()
+    const duringOutage: Sent[] = []
+    for (const key of whileDown) duringOutage.push(await send(bed, user, key))
+    const stillDown = performance.now() - downAt
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, 1000 - stillDown)))
+    await bed.proxy.up()
+
+    const inFlight = await Promise.all([...stepping, ...completing])
+    expect(badAnswers([...inFlight, ...duringOutage]), bed.service.stderr().slice(-3000)).toEqual([])
+    // Asked while it was down, the service says so and when to come back.
+    for (const sent of duringOutage) {
+      if (!('answer' in sent) || stillDown > 1000) continue
+      expect(sent.answer.status, `${sent.key}: ${sent.answer.text}`).toBe(503)
+      expect(Number(sent.answer.headers.get('retry-after'))).toBeGreaterThan(0)
+    }
+
+    const settled = await settleKeys(bed, user, [...inStep, ...inCompletion, ...whileDown])
+    expect(await exactlyOnceViolations(bed, user, settled)).toEqual([])
+  })
+})
