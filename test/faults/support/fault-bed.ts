@@ -187,7 +187,14 @@ export async function exactlyOnceViolations(bed: FaultBed, user: string, settled
       problems.push(`${key}: the replay is ${replay.answer.status} ${replay.answer.text.slice(0, 120)}, not the first 201`)
     }
   }
-  for (const [key, history] of settled.stuck) problems.push(`${key}: no 201 within ${RECOVERY_MS} ms of the database being back (last answers ${history.join(' ')})`)
+  for (const [key, history] of settled.stuck) {
+    const said = bed.service
+      .stderr()
+      .split('\n')
+      .filter((line) => line.includes(`"${key}"`))
+      .map((line) => line.slice(0, 240))
+    problems.push(`${key}: no 201 within ${RECOVERY_MS} ms of the database being back (last answers ${history.join(' ')}); the service logged: ${said.join(' | ') || 'nothing'}`)
+  }
   for (const key of settled.hung) problems.push(`${key}: a retry got no answer (hung or dropped)`)
   return problems
 }

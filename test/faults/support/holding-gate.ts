@@ -14,24 +14,26 @@ export interface HoldingGate {
   readonly callsByKey: ReadonlyMap<string, number>
   /** The next `count` charge calls wait at the gate until `release()`. */
   hold(count: number): void
-  /** Resolves once `count` charge calls wait at the gate. */
+  /** Resolves once `count` charge calls have been held at the gate (released or not). */
   waiting(count: number): Promise<void>
   /** Lets every waiting call through and stops holding. */
   release(): void
+  /** Lets the first `count` waiting calls through, in the order they arrived. */
+  releaseFirst(count: number): void
   close(): Promise<void>
 }
 
 export async function startHoldingGate(providerUrl: string): Promise<HoldingGate> {
   const callsByKey = new Map<string, number>()
   const target = new URL(providerUrl)
-  let gate: Deferred<void> | undefined
+  const held: Array<Deferred<void>> = []
   let toHold = 0
-  let waitingNow = 0
+  let heldSoFar = 0
   const watchers: Array<{ count: number; reached: Deferred<void> }> = []
 
   const notify = () => {
     for (const watcher of watchers.splice(0)) {
-      if (waitingNow >= watcher.count) watcher.reached.resolve()
+      if (heldSoFar >= watcher.count) watcher.reached.resolve()
       else watchers.push(watcher)
     }
   }
@@ -42,13 +44,13 @@ export async function startHoldingGate(providerUrl: string): Promise<HoldingGate
     if (req.method === 'POST' && req.url === '/v1/charges') {
       const key = String(req.headers['idempotency-key'])
       callsByKey.set(key, (callsByKey.get(key) ?? 0) + 1)
-      const held = toHold > 0 ? gate : undefined
-      if (held) {
+      if (toHold > 0) {
         toHold--
-        waitingNow++
+        const mine = deferred()
+        held.push(mine)
+        heldSoFar++
         notify()
-        await held.promise
-        waitingNow--
+        await mine.promise
       }
     }
     const upstream = httpRequest({ host: target.hostname, port: target.port, method: req.method, path: req.url, headers: req.headers })
@@ -69,7 +71,6 @@ export async function startHoldingGate(providerUrl: string): Promise<HoldingGate
     url: `http://127.0.0.1:${port}`,
     callsByKey,
     hold(count) {
-      gate ??= deferred()
       toHold += count
     },
     waiting(count) {
@@ -79,13 +80,15 @@ export async function startHoldingGate(providerUrl: string): Promise<HoldingGate
       return reached.promise
     },
     release() {
-      gate?.resolve()
-      gate = undefined
+      for (const one of held.splice(0)) one.resolve()
       toHold = 0
+    },
+    releaseFirst(count) {
+      for (const one of held.splice(0, count)) one.resolve()
     },
     close: () =>
       new Promise<void>((resolve) => {
-        gate?.resolve()
+        for (const one of held.splice(0)) one.resolve()
         server.close(() => {
           untrack()
           resolve()
