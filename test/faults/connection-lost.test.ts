@@ -1,0 +1,51 @@
+import { spawn } from 'node:child_process'
+import path from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { startDatabaseProxy, type DatabaseProxy } from '../helpers/database-proxy.js'
+import { REPO_ROOT } from '../helpers/processes.js'
+import { versionIndependentPass } from '../helpers/test-passes.js'
+
+// Found by the database-fault tests: the completion transaction runs on a client checked out of
+// the pool, and pg emits a socket error on that client as an 'error' event. With no listener,
+// the process dies (every request in flight with it). A connection cut between two statements of
+// the transaction must end in a rejected completion, never in a dead process. The cut is on the
+// client's side of the socket, the same on every PostgreSQL, so this runs in one pass.
+let db: TestDatabase
+let proxy: DatabaseProxy
+
+beforeAll(async () => {
+  if (!versionIndependentPass) return
+  db = await createTestDatabase()
+  proxy = await startDatabaseProxy(db.url)
+})
+
+afterAll(async () => {
+  await proxy?.close()
+  await db?.close()
+})
+
+describe.skipIf(!versionIndependentPass)('the database connection lost inside the completion transaction', () => {
+  it('rejects the completion and the process lives on', { timeout: 30_000 }, async () => {
+    const fixture = path.join(REPO_ROOT, 'test/faults/fixtures/connection-lost-in-transaction.ts')
+    const child = spawn(process.execPath, ['--import', 'tsx', fixture, proxy.url, db.schema, '7'], { cwd: REPO_ROOT, stdio: ['pipe', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.setEncoding('utf8')
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('close', (code, signal) => resolve({ code, signal })))
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.on('data', (chunk: string) => {
+        stdout += chunk
+        if (stdout.includes('in transaction')) resolve()
+      })
+      void exited.then(() => reject(new Error(`the worker exited early:\n${stdout}\n${stderr}`)))
+    })
+    await proxy.down()
+    // Lets the worker's transaction go on to its COMMIT on the dead connection.
+    child.stdin.end('go\n')
+    const { code } = await exited
+    await proxy.up()
+    expect({ code, said: stdout.trim().split('\n').at(-1) }, stderr).toEqual({ code: 0, said: expect.stringMatching(/^rejected: /) as unknown })
+  })
+})
