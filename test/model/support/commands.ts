@@ -38,10 +38,10 @@ export class Begin implements ModelCommand {
     const fingerprint = this.otherPayload ? (key.fingerprint === 'f1' ? 'f2' : 'f1') : key.fingerprint
     const before = { exists: key.exists, live: key.owner !== undefined, settled: key.settled, age: key.age, suspended: key.suspended }
     const attempts = Array.from({ length: this.n }, (_, slot) => new Attempt(world.worker(slot), { scope: key.scope, key: key.key, fingerprint }, world.provider, nextBody(model)))
-    const starts = await withinHangLimit(`${this} deciding`, Promise.all(attempts.map((attempt) => attempt.started())))
+    const starts = await withinHangLimit(`${String(this)} deciding`, Promise.all(attempts.map((attempt) => attempt.started())))
     const owners = attempts.filter((_, i) => starts[i]?.kind === 'execute')
     const failed = starts.filter((start) => start.kind === 'error').length
-    const what = `${this} on ${describeKey(key)}`
+    const what = `${String(this)} on ${describeKey(key)}`
     if (owners.length > 1) throw new InvariantViolation(`${what}: ${owners.length} requests own the key at once`)
     if (before.live && owners.length > 0) throw new InvariantViolation(`${what}: a live claim (its owner renewing) was taken over`)
     const current = before.exists && before.age !== 'expired'
@@ -281,7 +281,7 @@ export function modelCommands(): Array<fc.Arbitrary<ModelCommand>> {
     fc.tuple(key, fc.constantFrom<Action>('step', 'step', 'complete', 'fail', 'throw', 'step-then-die')).map(([index, action]) => new Act(index, action)),
     fc.tuple(key, fc.constantFrom<Action>('step', 'complete', 'throw')).map(([index, action]) => new Act(index, action)),
     key.map((index) => new Kill(index)),
-    fc.tuple(key, fc.constantFrom('step', 'complete', 'fail', 'throw') as fc.Arbitrary<Exclude<Action, 'step-then-die'>>).map(([index, action]) => new Blip(index, action)),
+    fc.tuple(key, fc.constantFrom<Exclude<Action, 'step-then-die'>>('step', 'complete', 'fail', 'throw')).map(([index, action]) => new Blip(index, action)),
     fc.tuple(key, fc.constantFrom<'stale' | 'ttl'>('stale', 'stale', 'ttl')).map(([index, past]) => new Age(index, past)),
     fc.constant(new Sweep()),
     fc.constant(new TerminateAll()),
