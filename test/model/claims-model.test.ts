@@ -18,10 +18,10 @@
  * Runs: ONCELY_MODEL_RUNS (default 150) sequences of up to ONCELY_MODEL_COMMANDS (default 14)
  * commands. More on demand: ONCELY_MODEL_RUNS=2000 npx vitest run test/model.
  *
- * A failure prints fast-check's report: the seed, the path and the shrunk command list. To replay
- * exactly that sequence:
- *   ONCELY_MODEL_SEED=<seed> ONCELY_MODEL_PATH=<path> npx vitest run test/model
- * (with the same ONCELY_MODEL_COMMANDS). The commands replay exactly; the timing of a lease
+ * A failure prints fast-check's report (the seed, the path, the shrunk command list and the
+ * violated invariant) and the exact line that replays that sequence:
+ *   ONCELY_MODEL_SEED=<seed> ONCELY_MODEL_PATH="<path>" ONCELY_MODEL_REPLAY_PATH="<replay path>" \
+ *   ONCELY_MODEL_COMMANDS=<n> npx vitest run test/model/claims-model.test.ts The commands replay exactly; the timing of a lease
  * renewal against a lost connection is real, so a replay fails the same way nearly always.
  *
  * The model exercises the store's SQL under real concurrency (claims racing, row locks, lock
@@ -38,6 +38,7 @@ const runs = Number(process.env.ONCELY_MODEL_RUNS ?? 150)
 const maxCommands = Number(process.env.ONCELY_MODEL_COMMANDS ?? 14)
 const seed = process.env.ONCELY_MODEL_SEED === undefined ? undefined : Number(process.env.ONCELY_MODEL_SEED)
 const path = process.env.ONCELY_MODEL_PATH
+const replayPath = process.env.ONCELY_MODEL_REPLAY_PATH
 
 let db: TestDatabase
 let world: World
@@ -55,8 +56,8 @@ afterAll(async () => {
 describe('the claim lifecycle against a model', () => {
   it(`keeps every invariant over ${runs} random command sequences`, { timeout: 600_000 }, async () => {
     let run = 0
-    await fc.assert(
-      fc.asyncProperty(fc.commands(modelCommands(), { maxCommands }), async (commands) => {
+    const details = await fc.check(
+      fc.asyncProperty(fc.commands(modelCommands(), { maxCommands, size: 'medium', ...(replayPath === undefined ? {} : { replayPath }) }), async (commands) => {
         const model = newModel(`m${process.pid}r${run++}`)
         try {
           await fc.asyncModelRun(() => ({ model, real: world }), commands)
@@ -66,5 +67,14 @@ describe('the claim lifecycle against a model', () => {
       }),
       { numRuns: runs, ...(seed === undefined ? {} : { seed }), ...(path === undefined ? {} : { path }) },
     )
+    if (details.failed) {
+      const replay = /replayPath="([^"]*)"/.exec(fc.stringify(details.counterexample))?.[1]
+      const report = fc.defaultReportMessage(details) ?? ''
+      throw new Error(
+        `${report}\nReplay this sequence: ONCELY_MODEL_SEED=${details.seed} ONCELY_MODEL_PATH="${details.counterexamplePath ?? ''}"` +
+          `${replay === undefined ? '' : ` ONCELY_MODEL_REPLAY_PATH="${replay}"`} ONCELY_MODEL_COMMANDS=${maxCommands} npx vitest run test/model/claims-model.test.ts`,
+        { cause: details.errorInstance },
+      )
+    }
   })
 })
