@@ -1,121 +1,79 @@
 /**
- * `npm run bench`: what oncely costs per request, as ratios against a baseline measured in the
- * same run on the same database (style rule 22), and the round trips each outcome takes
- * (DESIGN.md's cost budget). Not a test: it prints, it asserts nothing.
+ * `npm run bench`: what oncely costs, as ratios against a baseline measured in the same run
+ * (style rule 22), each beside its target from issue 11. Not a test: it prints and writes
+ * bench/results/<time>.json, and never fails on a target.
  *
- * Baselines: `SELECT` of one row by primary key (the cheapest round trip) and an autocommit
- * `INSERT` of one row (the cheapest write), on a table shaped like oncely's.
+ *   npm run bench                          library, round trips and HTTP (a few minutes)
+ *   npm run bench -- --only http           one part (library, round-trips, http, scale)
+ *   npm run bench -- --redis               HTTP also with REDIS_URL (default redis://127.0.0.1:6379)
+ *   npm run bench -- --scale               10 M rows and the sweeper under load (long, gigabytes)
+ *   --seconds N --rounds N --connections N --iterations N
+ *
+ * `DATABASE_URL` picks the PostgreSQL (a database of the run's own is created and dropped);
+ * without it an embedded one is started.
  */
-import { mkdtemp, chmod, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import path from 'node:path'
-import pg from 'pg'
-import { startEmbeddedPostgres, type EmbeddedDatabase } from '../src/cli/embedded-postgres.js'
-import { createEngine, fingerprintRequest, type Engine } from '../src/index.js'
-import { createPostgresStore, migrate, type Queryable } from '../src/store/postgres/index.js'
-import { countingPool } from '../test/helpers/counting-pool.js'
+import { parseArgs } from 'node:util'
+import { openBenchDatabase } from './database.js'
+import { httpBench } from './http.js'
+import { libraryBench } from './library.js'
+import { describeMachine, table, writeResults, type Figure } from './report.js'
+import { roundTripBench } from './round-trips.js'
+import { scaleBench } from './scale.js'
 
-const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 2000)
-const response = { status: 201, headers: [['content-type', 'application/json']] as [string, string][], body: Buffer.from('{"id":"ch_1","amount":1000}') }
+const PARTS = ['library', 'round-trips', 'http', 'scale'] as const
 
-interface Sample {
-  name: string
-  median: number
-  p99: number
-  roundTrips: number
+const { values } = parseArgs({
+  options: {
+    only: { type: 'string' },
+    scale: { type: 'boolean', default: false },
+    redis: { type: 'boolean', default: false },
+    'redis-url': { type: 'string' },
+    seconds: { type: 'string', default: '5' },
+    rounds: { type: 'string', default: '5' },
+    connections: { type: 'string', default: '32' },
+    iterations: { type: 'string', default: '500' },
+    rows: { type: 'string', default: '10000000' },
+  },
+})
+
+const only = values.only?.split(',') ?? ['library', 'round-trips', 'http', ...(values.scale ? ['scale'] : [])]
+for (const part of only) if (!(PARTS as readonly string[]).includes(part)) throw new Error(`--only: unknown part ${part}; one of ${PARTS.join(', ')}`)
+const seconds = Number(values.seconds)
+const rounds = Number(values.rounds)
+const connections = Number(values.connections)
+const redisUrl = values['redis-url'] ?? (values.redis ? (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379') : undefined)
+
+const NOTE =
+  'This machine\'s cores are shared by the load generator, PostgreSQL, every process measured (and other users): absolute figures are noisy. Each ratio compares two figures measured in the same run, interleaved; the ratios are what counts.'
+
+const startedAt = new Date()
+const database = await openBenchDatabase()
+const sections: Record<string, Figure[]> = {}
+const print = (title: string, figures: Figure[], extra: string[] = []) => {
+  sections[title] = figures
+  process.stdout.write(`\n### ${title}\n\n${table(figures, extra)}\n`)
 }
-
-async function measure(name: string, counter: ReturnType<typeof countingPool>, op: (i: number) => Promise<void>): Promise<Sample> {
-  for (let i = 0; i < Math.min(200, ITERATIONS); i++) await op(-i - 1)
-  const times: number[] = []
-  counter.reset()
-  for (let i = 0; i < ITERATIONS; i++) {
-    const start = performance.now()
-    await op(i)
-    times.push(performance.now() - start)
+try {
+  const machine = describeMachine(database)
+  process.stdout.write(`oncely bench: ${JSON.stringify(machine)}\n\n${NOTE}\n`)
+  if (only.includes('library')) {
+    print(`library level: ${connections} concurrent loops on one pool of ${connections}, ${rounds} interleaved runs of ${seconds} s`, await libraryBench(database.url, { concurrency: connections, seconds, rounds: Math.max(3, Math.ceil(rounds / 2)) }), ['baseline runs'])
   }
-  const roundTrips = counter.statements.length / ITERATIONS
-  times.sort((a, b) => a - b)
-  return { name, median: times[Math.floor(times.length / 2)] ?? 0, p99: times[Math.floor(times.length * 0.99)] ?? 0, roundTrips }
-}
-
-async function main(): Promise<void> {
-  let embedded: EmbeddedDatabase | undefined
-  let dataRoot: string | undefined
-  let url = process.env.DATABASE_URL || undefined
-  if (!url) {
-    dataRoot = await mkdtemp(path.join(tmpdir(), 'oncely-bench-'))
-    await chmod(dataRoot, 0o755)
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(dataRoot, 'data'), ephemeral: true })
-    url = embedded.url
+  if (only.includes('round-trips')) {
+    print(`round trips per outcome (${values.iterations} sequential iterations)`, await roundTripBench(database.url, { iterations: Number(values.iterations) }), ['statements', 'budget', 'within budget', 'sequence'])
   }
-  const database = `oncely_bench_${process.pid}`
-  const admin = new pg.Client({ connectionString: url })
-  await admin.connect()
-  await admin.query(`CREATE DATABASE ${database}`)
-  const benchUrl = new URL(url)
-  benchUrl.pathname = `/${database}`
-  const pool = new pg.Pool({ connectionString: benchUrl.toString(), max: 4 })
-  try {
-    await migrate({ pool })
-    await pool.query('CREATE TABLE baseline (user_id text, key text, body bytea, PRIMARY KEY (user_id, key))')
-    await pool.query(`INSERT INTO baseline VALUES ('u', 'one', '\\x00')`)
-    const counter = countingPool(pool)
-    const engine: Engine<Queryable> = createEngine({ store: createPostgresStore({ pool: counter }) })
-    const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000 } })
-    const other = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 2000 } })
-
-    const completed = await engine.begin({ scope: 'u', key: 'done', fingerprint })
-    if (completed.kind === 'execute') await completed.execution.complete(response)
-    const running = await engine.begin({ scope: 'u', key: 'running', fingerprint })
-
-    const samples: Sample[] = []
-    samples.push(await measure('baseline: SELECT by primary key', counter, async () => {
-      await counter.query({ name: 'bench_select', text: 'SELECT body FROM baseline WHERE user_id = $1 AND key = $2', values: ['u', 'one'] })
-    }))
-    samples.push(await measure('baseline: INSERT one row', counter, async (i) => {
-      await counter.query({ name: 'bench_insert', text: 'INSERT INTO baseline VALUES ($1, $2, $3)', values: ['u', `b${i}`, response.body] })
-    }))
-    samples.push(await measure('replay', counter, async () => {
-      const d = await engine.begin({ scope: 'u', key: 'done', fingerprint })
-      if (d.kind !== 'replay') throw new Error(d.kind)
-    }))
-    samples.push(await measure('conflict (409)', counter, async () => {
-      const d = await engine.begin({ scope: 'u', key: 'running', fingerprint })
-      if (d.kind !== 'conflict') throw new Error(d.kind)
-    }))
-    samples.push(await measure('mismatch (422)', counter, async () => {
-      const d = await engine.begin({ scope: 'u', key: 'done', fingerprint: other })
-      if (d.kind !== 'mismatch') throw new Error(d.kind)
-    }))
-    samples.push(await measure('fresh key: claim + completion', counter, async (i) => {
-      const d = await engine.begin({ scope: 'u', key: `fresh${i}`, fingerprint })
-      if (d.kind !== 'execute') throw new Error(d.kind)
-      await d.execution.complete(response)
-    }))
-    samples.push(await measure('fresh key: claim + one step + completion', counter, async (i) => {
-      const d = await engine.begin({ scope: 'u', key: `stepped${i}`, fingerprint })
-      if (d.kind !== 'execute') throw new Error(d.kind)
-      await d.execution.step('charge', async ({ idempotencyKey }) => ({ id: idempotencyKey.slice(0, 8) }))
-      await d.execution.complete(response)
-    }))
-    if (running.kind === 'execute') await running.execution.release()
-
-    const select = samples[0]?.median ?? 1
-    const insert = samples[1]?.median ?? 1
-    const version = (await pool.query<{ server_version: string }>('SHOW server_version')).rows[0]?.server_version
-    process.stdout.write(`oncely bench: PostgreSQL ${version} (${embedded ? 'embedded' : 'DATABASE_URL'}), ${ITERATIONS} sequential iterations each\n\n`)
-    process.stdout.write('| operation | median ms | p99 ms | × SELECT | × INSERT | round trips |\n| --- | ---: | ---: | ---: | ---: | ---: |\n')
-    for (const s of samples) {
-      process.stdout.write(`| ${s.name} | ${s.median.toFixed(3)} | ${s.p99.toFixed(3)} | ${(s.median / select).toFixed(2)} | ${(s.median / insert).toFixed(2)} | ${s.roundTrips.toFixed(2)} |\n`)
+  if (only.includes('http')) {
+    const figures = await httpBench(database.url, { seconds, rounds, connections, redisUrl, nodeOptions: [] })
+    for (const section of new Set(figures.map((f) => f.section))) {
+      const part = figures.filter((f) => f.section === section)
+      print(`${section} (${rounds} interleaved runs of ${seconds} s each, median and min–max)`, part, Object.keys(part[0]?.extra ?? {}))
     }
-  } finally {
-    await pool.end()
-    await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
-    await admin.end()
-    await embedded?.stop()
-    if (dataRoot) await rm(dataRoot, { recursive: true, force: true })
   }
+  if (only.includes('scale')) {
+    print(`scale: ${values.rows} rows`, await scaleBench(database.url, { rows: Number(values.rows), connections: 8, seconds }), ['p50 ms', 'baseline p50 ms'])
+  }
+  const file = await writeResults(startedAt, { startedAt: startedAt.toISOString(), finishedAt: new Date().toISOString(), machine, note: NOTE, options: values, sections })
+  process.stdout.write(`\n${NOTE}\nwritten to ${file}\n`)
+} finally {
+  await database.close()
 }
-
-await main()

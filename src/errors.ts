@@ -13,10 +13,13 @@ export const ERROR_CODES = {
   ONCELY_STORE_UNEXPECTED: 'the database answered in a way the store cannot interpret',
   ONCELY_STORE_UNAVAILABLE: 'the database could not be reached, or kept failing transiently, within the time the claim allows',
   ONCELY_OUTCOME_NOT_RECORDED: 'the outcome could not be stored for a reason a retry will not fix; the claim is kept suspended with the error recorded',
+  ONCELY_HANDLER_DEADLINE_EXCEEDED: 'the handler held its claim past handlerDeadlineMs; its outcome was abandoned and a retry takes the claim over',
+  ONCELY_INVALID_SCOPE: 'the scope given to the engine is not a non-empty string or a finite number',
   ONCELY_RESPONSE_NOT_REPLAYABLE: 'a guarded route produced a response that cannot be stored and replayed',
   ONCELY_CLIENT_GAVE_UP: 'the client stopped retrying: attempts or deadline exhausted; every attempt is attached',
   ONCELY_CLIENT_OPERATION_MISMATCH: 'an operationId was reused with a different request; nothing was sent',
   ONCELY_CLIENT_ABORTED: 'the caller aborted the request through its AbortSignal',
+  ONCELY_CLIENT_REQUEST_FAILED: 'an attempt failed for a reason that is not a network failure, so it was not retried',
   ONCELY_KEY_STORE_FAILED: 'the client key store could not read or persist a key',
 } as const
 

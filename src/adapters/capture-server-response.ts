@@ -1,22 +1,28 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { HttpAnswer } from './answers.js'
-import type { CapturedResponse, GuardedExecution } from './http.js'
+import { toBytes } from './body.js'
+import type { GuardedExecution } from './guarded-execution.js'
+import type { CapturedResponse } from './request-context.js'
 
 type Callback = (error?: Error | null) => void
+type End = (chunk: Uint8Array, callback?: Callback) => void
 
 /**
- * Holds a `node:http` response (Express's too) until its outcome is settled: `writeHead` and
- * `end` are recorded instead of sent, a `write` before `end` marks the response as streamed,
- * and the real `end` runs once `guard.settle` has stored the response or chosen a replacement.
+ * Holds a `node:http` response (Express's too) until its outcome is settled: `writeHead`,
+ * `flushHeaders` and `end` are recorded instead of sent, a `write` before `end` marks the
+ * response as streamed, and the first answer alone goes on the wire, as it was stored, once
+ * `guard.settle` has stored it or chosen a replacement. A second answer is dropped.
  */
-export function captureServerResponse<Tx>(res: ServerResponse, guard: GuardedExecution<Tx>): void {
-  const original = { write: res.write.bind(res), end: res.end.bind(res), writeHead: res.writeHead.bind(res) }
+export function captureServerResponse<Tx>(res: ServerResponse, guard: GuardedExecution<Tx>, log: (line: string) => void): void {
+  const original = { write: res.write.bind(res), end: res.end.bind(res), writeHead: res.writeHead.bind(res), flushHeaders: res.flushHeaders.bind(res) }
   // Headers set before the handler ran (CORS, request ids) survive a replacement answer.
   const earlier = new Set(res.getHeaderNames())
   let streamed = false
   let ended = false
+  const secondAnswer = () => log(`oncely: the handler answered ${res.req.method ?? ''} ${res.req.url ?? ''} twice; only its first answer is sent and stored`)
 
   res.writeHead = function writeHead(statusCode: number, ...rest: unknown[]) {
+    if (ended) return res
     res.statusCode = statusCode
     for (const arg of rest) {
       if (typeof arg === 'string') res.statusMessage = arg
@@ -26,7 +32,11 @@ export function captureServerResponse<Tx>(res: ServerResponse, guard: GuardedExe
     return res
   }
 
+  // Issue 8 path 12: flushed headers would leave no way to send a replacement answer.
+  res.flushHeaders = () => undefined
+
   res.write = function write(_chunk: unknown, ...rest: unknown[]) {
+    if (ended) return false
     // A body sent in pieces is a stream: it is refused at end (docs/adapters.md).
     streamed = true
     const callback = rest.find((arg): arg is Callback => typeof arg === 'function')
@@ -35,42 +45,51 @@ export function captureServerResponse<Tx>(res: ServerResponse, guard: GuardedExe
   } as ServerResponse['write']
 
   res.end = function end(...args: unknown[]) {
-    if (ended) return res
+    // Issue 8 path 9: the wire and the record must agree, so only the first answer counts.
+    if (ended) {
+      secondAnswer()
+      return res
+    }
     ended = true
     const callback = args.find((arg): arg is Callback => typeof arg === 'function')
     const chunk = typeof args[0] === 'function' ? undefined : args[0]
-    const encoding = typeof args[1] === 'string' ? (args[1] as BufferEncoding) : undefined
-    const body = toBytes(chunk, encoding)
-    Object.assign(res, original)
-    const captured: CapturedResponse = streamed
-      ? { kind: 'streamed', status: res.statusCode }
-      : { kind: 'response', status: res.statusCode, headers: Object.entries(res.getHeaders()), body }
+    const body = toBytes(chunk, typeof args[1] === 'string' ? (args[1] as BufferEncoding) : undefined)
+    const status = res.statusCode
+    const statusMessage = res.statusMessage
+    const headers = res.getHeaders()
+    const captured: CapturedResponse = streamed ? { kind: 'streamed', status } : { kind: 'response', status, headers: Object.entries(headers), body }
     void guard.settle(captured).then((replacement) => {
-      if (replacement) sendAnswer(res, replacement, (name) => !earlier.has(name), callback)
-      else res.end(body, callback)
+      res.writeHead = original.writeHead
+      res.flushHeaders = original.flushHeaders
+      try {
+        if (replacement) return sendAnswer(res, replacement, (name) => !earlier.has(name), callback, original.end)
+        // Whatever the handler changed after its first answer is undone: the wire gets what was stored.
+        for (const name of res.getHeaderNames()) if (!Object.hasOwn(headers, name)) res.removeHeader(name)
+        setHeaders(res, headers)
+        res.statusCode = status
+        res.statusMessage = statusMessage
+        original.end(body, callback)
+      } catch (error) {
+        log(`oncely: the answer to ${res.req.method ?? ''} ${res.req.url ?? ''} could not be sent; the connection is closed: ${String(error)}`)
+        res.destroy()
+      }
     })
     return res
   } as ServerResponse['end']
 }
 
 /** Sends an answer on a response whose headers are not yet sent, first removing the headers `drop` names. */
-export function sendAnswer(res: ServerResponse, answer: HttpAnswer, drop: (name: string) => boolean = () => false, callback?: Callback): void {
+export function sendAnswer(res: ServerResponse, answer: HttpAnswer, drop: (name: string) => boolean = () => false, callback?: Callback, end?: End): void {
   for (const name of res.getHeaderNames()) if (drop(name)) res.removeHeader(name)
   res.statusCode = answer.status
   const grouped = new Map<string, string[]>()
   for (const [name, value] of answer.headers) grouped.set(name, [...(grouped.get(name) ?? []), value])
   for (const [name, values] of grouped) res.setHeader(name, values.length === 1 ? (values[0] as string) : values)
   res.setHeader('content-length', answer.body.byteLength)
-  res.end(answer.body, callback)
+  if (end) end(answer.body, callback)
+  else res.end(answer.body, callback)
 }
 
 function setHeaders(res: ServerResponse, headers: OutgoingHttpHeaders): void {
   for (const [name, value] of Object.entries(headers)) if (value !== undefined) res.setHeader(name, value)
-}
-
-function toBytes(chunk: unknown, encoding: BufferEncoding | undefined): Uint8Array {
-  if (chunk === undefined || chunk === null) return new Uint8Array(0)
-  if (typeof chunk === 'string') return Buffer.from(chunk, encoding ?? 'utf8')
-  if (chunk instanceof Uint8Array) return chunk
-  throw new TypeError('res.end(chunk): the chunk must be a string, a Buffer or a Uint8Array')
 }

@@ -1,14 +1,18 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
+import { requestHasBody } from './body.js'
 import { captureServerResponse, sendAnswer } from './capture-server-response.js'
-import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
+import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext, type RegisteredTx } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
-export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
+export type { AdapterOptions, CompletionWork, IdempotencyContext, IdempotencyRegister, OutcomeEvent } from './http.js'
 
 declare module 'express-serve-static-core' {
   interface Request {
-    /** Set by oncely's `idempotency()` on a request that owns its key; `undefined` elsewhere. */
-    idempotency?: IdempotencyContext
+    /**
+     * Set by oncely's `idempotency()` on a request that owns its key; `undefined` elsewhere. Its
+     * `tx` is the type registered in `IdempotencyRegister` (docs/adapters.md).
+     */
+    idempotency?: IdempotencyContext<RegisteredTx>
   }
 }
 
@@ -40,14 +44,16 @@ export function idempotency<Tx = unknown>(options: AdapterOptions<Request, Tx>):
       params: req.params as Record<string, string>,
       query: req.query,
       body: req.body as unknown,
+      bodyNotRead: req.body === undefined && requestHasBody(req.headers),
       key: req.headers['idempotency-key'],
     })
-    if (gate.kind === 'answer') {
-      sendAnswer(res, gate.answer)
-      return
+    if (gate.kind === 'answer') return sendAnswer(res, gate.answer)
+    if (gate.kind === 'unkeyed') {
+      res.once('close', () => gate.finish(res.statusCode))
+      return next()
     }
     req.idempotency = gate.guard.context
-    captureServerResponse(res, gate.guard)
+    captureServerResponse(res, gate.guard, resolved.log)
     next()
   }
 }

@@ -1,10 +1,11 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { headerRecord, type HttpAnswer } from './answers.js'
-import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type GuardedExecution, type IdempotencyContext } from './http.js'
+import type { HttpAnswer } from './answers.js'
+import { requestHasBody, toBytes } from './body.js'
+import { beginGuarded, headerRecord, isGuarded, resolveAdapterOptions, type AdapterOptions, type GuardedExecution, type IdempotencyContext, type RegisteredTx } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
-export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
+export type { AdapterOptions, CompletionWork, IdempotencyContext, IdempotencyRegister, OutcomeEvent } from './http.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -12,8 +13,11 @@ declare module 'fastify' {
     idempotency?: boolean
   }
   interface FastifyRequest {
-    /** Set by `oncelyFastify` on a request that owns its key; `null` elsewhere. */
-    idempotency: IdempotencyContext | null
+    /**
+     * Set by `oncelyFastify` on a request that owns its key; `null` elsewhere. Its `tx` is the
+     * type registered in `IdempotencyRegister` (docs/adapters.md).
+     */
+    idempotency: IdempotencyContext<RegisteredTx> | null
   }
 }
 
@@ -24,6 +28,7 @@ const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options
   const resolved = resolveAdapterOptions(options)
   const guards = new WeakMap<FastifyRequest, { guard: GuardedExecution<unknown>; earlier: ReadonlySet<string> }>()
   const threw = new WeakMap<FastifyRequest, unknown>()
+  const unkeyed = new WeakMap<FastifyRequest, (status: number) => void>()
   fastify.decorateRequest('idempotency', null)
 
   // preHandler: the body is parsed and the route matched; the handler has not run yet.
@@ -36,9 +41,11 @@ const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options
       params: request.params as Record<string, string>,
       query: request.query as Record<string, unknown>,
       body: request.body,
+      bodyNotRead: request.body === undefined && requestHasBody(request.headers),
       key: request.headers['idempotency-key'],
     })
     if (gate.kind === 'answer') return send(reply, gate.answer)
+    if (gate.kind === 'unkeyed') return void unkeyed.set(request, gate.finish)
     request.idempotency = gate.guard.context
     // Headers set before the handler ran (CORS, request ids) survive a replacement answer.
     guards.set(request, { guard: gate.guard, earlier: new Set(Object.keys(reply.getHeaders())) })
@@ -67,7 +74,8 @@ const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options
   })
 
   // A hijacked reply skips onSend: end the claim anyway, so the lease stops and a retry may run.
-  fastify.addHook('onResponse', async (request) => {
+  fastify.addHook('onResponse', async (request, reply) => {
+    unkeyed.get(request)?.(reply.statusCode)
     const held = guards.get(request)
     if (!held) return
     guards.delete(request)
@@ -117,11 +125,4 @@ function destroy(payload: unknown): void {
   if (typeof stream.destroy === 'function') stream.destroy()
   else if (payload instanceof ReadableStream) void payload.cancel().catch(() => undefined)
   else if (payload instanceof Response) void payload.body?.cancel().catch(() => undefined)
-}
-
-function toBytes(payload: unknown): Uint8Array {
-  if (payload === undefined || payload === null) return new Uint8Array(0)
-  if (payload instanceof Uint8Array) return payload
-  if (typeof payload === 'string') return Buffer.from(payload)
-  throw new TypeError('onSend: the serialized payload must be a string, a Buffer or a stream')
 }

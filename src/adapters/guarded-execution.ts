@@ -1,24 +1,20 @@
 import type { Execution } from '../engine/execution.js'
 import type { StoredResponse } from '../engine/types.js'
 import { isOncelyError } from '../errors.js'
-import { conflictAnswer, problem, PROBLEM_TYPES, storableHeaders, type HttpAnswer } from './answers.js'
-import type { CapturedResponse, CompletionWork, IdempotencyContext } from './http.js'
+import { conflictAnswer, isRetryableStatus, problem, PROBLEM_TYPES, storeUnavailableAnswer, type HttpAnswer } from './answers.js'
 import type { OutcomeEvent, ResolvedAdapterOptions } from './options.js'
+import type { CapturedResponse, CompletionWork, IdempotencyContext } from './request-context.js'
+import { storableHeaders } from './stored-headers.js'
 
 export type Outcome = OutcomeEvent['outcome']
 
-export function report(options: ResolvedAdapterOptions<never, unknown>, outcome: Outcome, status: number, startedAt: number): void {
+export function report(options: ResolvedAdapterOptions<never, unknown>, outcome: Outcome, status: number, startedAt: number, instance?: string): void {
   try {
-    options.onOutcome?.({ outcome, status, durationMs: performance.now() - startedAt })
+    options.onOutcome?.({ outcome, status, durationMs: performance.now() - startedAt, ...(instance === undefined ? {} : { instance }) })
   } catch (error) {
     // A metrics callback must never turn an answered request into a crash.
     options.log(`oncely: onOutcome threw: ${String(error)}`)
   }
-}
-
-/** Retryable statuses: nothing is stored, the key stays retryable (released or suspended). */
-export function isRetryableStatus(status: number): boolean {
-  return status >= 500 || status === 408 || status === 409 || status === 425 || status === 429
 }
 
 /** One claimed request between the engine's `execute` and the handler's answer. */
@@ -51,7 +47,7 @@ export class GuardedExecution<Tx> {
     if (this.#settled) return null
     this.#settled = true
     const [replacement, status, outcome] = await this.#apply(captured)
-    report(this.#options, outcome, status, this.#startedAt)
+    report(this.#options, outcome, status, this.#startedAt, replacement?.instance)
     return replacement
   }
 
@@ -64,10 +60,7 @@ export class GuardedExecution<Tx> {
     }
     if (captured.kind === 'streamed') {
       await this.#letGo()
-      const detail = 'this route streamed its response, which cannot be stored and replayed; send a complete body on routes that need an Idempotency-Key'
-      this.#options.log(`oncely: ONCELY_RESPONSE_NOT_REPLAYABLE: ${detail} (key ${JSON.stringify(execution.key)})`)
-      const answer = problem(500, PROBLEM_TYPES.notReplayable, 'Response not replayable', detail)
-      return [answer, 500, 'failed']
+      return this.#notReplayable('this route streamed its response, which cannot be stored and replayed; send a complete body on routes that need an Idempotency-Key')
     }
     if (execution.state !== 'running' && execution.state !== 'lost') return sent(captured.status)
     const { status } = captured
@@ -76,25 +69,54 @@ export class GuardedExecution<Tx> {
       return sent(status)
     }
     if (captured.body.byteLength > this.#options.maxStoredBodyBytes) {
-      this.#options.log(
-        `oncely: the ${status} response to key ${JSON.stringify(execution.key)} has ${captured.body.byteLength} bytes, more than maxStoredBodyBytes (${this.#options.maxStoredBodyBytes}); it was sent but not stored, so a retry runs again`,
-      )
+      // Issue 8 path 5: a success that is not recorded would be run again by every retry.
       await this.#letGo()
-      return sent(status)
+      return this.#notReplayable(
+        `the ${status} response has ${captured.body.byteLength} bytes, more than maxStoredBodyBytes (${this.#options.maxStoredBodyBytes}), so it cannot be stored and replayed`,
+      )
     }
     const response: StoredResponse = { status, headers: storableHeaders(captured.headers), body: captured.body }
     try {
       await this.#store(status < 400 ? 'completed' : 'failed', response)
     } catch (error) {
-      if (isOncelyError(error, 'ONCELY_LOCK_LOST')) {
-        return [conflictAnswer(1, 'another request took this Idempotency-Key over while it was processed; retry to get its outcome'), 409, 'conflict']
-      }
-      this.#options.log(`oncely: the outcome of key ${JSON.stringify(execution.key)} could not be stored: ${String(error)}`)
-      await this.#letGo()
-      const detail = 'the outcome of this request could not be recorded; retry with the same Idempotency-Key'
-      return [problem(503, PROBLEM_TYPES.outcomeNotRecorded, 'Outcome not recorded', detail, [['retry-after', '1']]), 503, 'failed']
+      return this.#storeFailed(error)
     }
     return sent(status)
+  }
+
+  /** The answer to a completion that did not land, by what the engine says happened. */
+  async #storeFailed(error: unknown): Promise<[HttpAnswer, number, Outcome]> {
+    const key = JSON.stringify(this.#execution.key)
+    if (isOncelyError(error, 'ONCELY_LOCK_LOST')) {
+      return [conflictAnswer(1, 'another request took this Idempotency-Key over while it was processed; retry to get its outcome'), 409, 'conflict']
+    }
+    if (isOncelyError(error, 'ONCELY_OUTCOME_NOT_RECORDED')) {
+      // The engine kept the claim suspended with the error recorded: retrying cannot help until
+      // the cause is fixed, and then the retry resumes after the last committed step.
+      const detail = 'the outcome of this request could not be recorded, for a reason a retry will not fix; the operation is kept for an operator, quote the instance to support'
+      const answer = problem({ status: 500, type: PROBLEM_TYPES.outcomeNotRecorded, title: 'Outcome not recorded', detail, retryable: false })
+      this.#options.log(`oncely: ONCELY_OUTCOME_NOT_RECORDED for key ${key} (instance ${answer.instance}): ${describe(error)}`)
+      return [answer, 500, 'failed']
+    }
+    await this.#letGo()
+    const answer = isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')
+      ? storeUnavailableAnswer('the outcome of this request could not be recorded while the database is away; retry with the same Idempotency-Key')
+      : problem({
+          status: 503,
+          type: PROBLEM_TYPES.outcomeNotRecorded,
+          title: 'Outcome not recorded',
+          detail: 'the outcome of this request could not be recorded; retry with the same Idempotency-Key',
+          retryable: true,
+          headers: [['retry-after', '1']],
+        })
+    this.#options.log(`oncely: the outcome of key ${key} could not be stored (instance ${answer.instance}): ${describe(error)}`)
+    return [answer, 503, 'failed']
+  }
+
+  #notReplayable(detail: string): [HttpAnswer, number, Outcome] {
+    const answer = problem({ status: 500, type: PROBLEM_TYPES.notReplayable, title: 'Response not replayable', detail, retryable: false })
+    this.#options.log(`oncely: ONCELY_RESPONSE_NOT_REPLAYABLE: ${detail} (key ${JSON.stringify(this.#execution.key)}, instance ${answer.instance})`)
+    return [answer, 500, 'failed']
   }
 
   async #store(status: 'completed' | 'failed', response: StoredResponse): Promise<void> {
@@ -118,9 +140,12 @@ export class GuardedExecution<Tx> {
       await (execution.sideEffectsPossible ? execution.suspend() : execution.release())
     } catch (error) {
       if (!isOncelyError(error, 'ONCELY_LOCK_LOST')) {
-        this.#options.log(`oncely: key ${JSON.stringify(execution.key)} could not be released; it is retried once its claim goes stale: ${String(error)}`)
+        this.#options.log(`oncely: key ${JSON.stringify(execution.key)} could not be released; it is retried once its claim goes stale: ${describe(error)}`)
       }
     }
   }
 }
 
+function describe(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error)
+}

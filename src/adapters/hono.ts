@@ -1,6 +1,7 @@
 import type { Context, Env, MiddlewareHandler } from 'hono'
 import { matchedRoutes } from 'hono/route'
 import type { HttpAnswer } from './answers.js'
+import { isJsonContentType } from './body.js'
 import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
@@ -44,6 +45,10 @@ export function idempotency<Tx = unknown, E extends Env = Env>(
       key: c.req.header('idempotency-key'),
     })
     if (gate.kind === 'answer') return toResponse(gate.answer)
+    if (gate.kind === 'unkeyed') {
+      await next()
+      return void gate.finish(c.res.status)
+    }
     c.set('idempotency', gate.guard.context)
     let streamed = false
     const { body: originalBody, newResponse: originalNewResponse } = c
@@ -64,11 +69,19 @@ export function idempotency<Tx = unknown, E extends Env = Env>(
     }
     const res = c.res
     if (streamed || isStreaming(res)) {
-      await res.body?.cancel()
+      await res.body?.cancel().catch(() => undefined)
       replace(c, await gate.guard.settle({ kind: 'streamed', status: res.status }))
       return
     }
-    const body = new Uint8Array(await res.arrayBuffer())
+    let body: Uint8Array
+    try {
+      body = new Uint8Array(await res.arrayBuffer())
+    } catch (error) {
+      // Issue 8 path 4: a body that errors while it is read ends the claim like a throw, so its
+      // lease stops and a retry may run; Hono's error handler answers.
+      await gate.guard.settle({ kind: 'thrown', error })
+      throw error
+    }
     const replacement = await gate.guard.settle({ kind: 'response', status: res.status, headers: res.headers.entries(), body })
     replace(c, replacement ?? new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers }))
   }
@@ -110,7 +123,7 @@ function handlerRoute(c: Context): { route: string; params: Record<string, strin
 async function readBody(c: Context): Promise<unknown> {
   if (c.req.raw.body === null) return undefined
   const type = c.req.header('content-type') ?? ''
-  if (/^application\/([\w.+-]*\+)?json/i.test(type)) {
+  if (isJsonContentType(type)) {
     const text = await c.req.text()
     try {
       return JSON.parse(text) as unknown

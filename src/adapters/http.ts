@@ -1,53 +1,26 @@
-import type { Execution } from '../engine/execution.js'
 import { fingerprintRequest, pickQuery } from '../engine/fingerprint.js'
-import { conflictAnswer, problem, PROBLEM_TYPES, replayAnswer, type HeaderValue, type HttpAnswer } from './answers.js'
+import { isOncelyError } from '../errors.js'
+import { conflictAnswer, problem, PROBLEM_TYPES, replayAnswer, storeUnavailableAnswer, type HttpAnswer } from './answers.js'
+import { withoutFields } from './excluded-fields.js'
 import { GuardedExecution, report, type Outcome } from './guarded-execution.js'
 import type { ResolvedAdapterOptions } from './options.js'
+import type { RequestParts } from './request-context.js'
 
 export * from './answers.js'
 export * from './options.js'
-export { GuardedExecution, isRetryableStatus } from './guarded-execution.js'
+export * from './request-context.js'
+export * from './stored-headers.js'
+export { GuardedExecution } from './guarded-execution.js'
 
 /**
- * Work to run inside the transaction that completes the key. Declared as a method so a handler
- * may name its store's transaction type (`async (tx: Queryable) => …`) where the framework's
- * request type cannot carry it.
+ * What the guard decided: send `answer` as it is; run the handler under `guard` and end it with
+ * `guard.settle(captured)`; or run the handler unguarded (`required: false`, no key) and call
+ * `finish(status)` once the response is sent.
  */
-export type CompletionWork<Tx> = { bivariant(tx: Tx): Promise<void> }['bivariant']
-
-/** What a guarded handler sees: its execution, and a way to write business rows with the completion. */
-export interface IdempotencyContext<Tx = unknown> {
-  /** Runs steps (`execution.step(name, fn)`) with keys the provider dedupes. */
-  readonly execution: Execution<Tx>
-  /**
-   * Registers business writes that commit in the transaction that stores the response, or not
-   * at all (Invariant 8). They run only when the response is stored (`status < 400`, or a 4xx
-   * after a step), in registration order.
-   */
-  writeOnCompletion(work: CompletionWork<Tx>): void
-}
-
-/** The parts of a request that enter its fingerprint, plus its key header. */
-export interface RequestParts {
-  method: string
-  /** The matched route pattern (`/v1/charges/:id`), or the path when there is none. */
-  route: string
-  params?: Readonly<Record<string, string>>
-  query?: Readonly<Record<string, unknown>>
-  /** The parsed JSON body, or raw bytes. */
-  body?: unknown
-  key: string | readonly string[] | undefined | null
-}
-
-/** The response a handler produced, as an adapter captured it. */
-export type CapturedResponse =
-  | { kind: 'response'; status: number; headers: Iterable<readonly [string, HeaderValue]>; body: Uint8Array }
-  /** The handler streamed its body: it cannot be stored (see docs/adapters.md). */
-  | { kind: 'streamed'; status: number }
-  /** The handler threw; the framework's error handling answers. */
-  | { kind: 'thrown'; error: unknown }
-
-export type Gate<Tx> = { kind: 'answer'; answer: HttpAnswer } | { kind: 'execute'; guard: GuardedExecution<Tx> }
+export type Gate<Tx> =
+  | { kind: 'answer'; answer: HttpAnswer }
+  | { kind: 'execute'; guard: GuardedExecution<Tx> }
+  | { kind: 'unkeyed'; finish: (status: number) => void }
 
 /** Whether a request needs a key, by the `methods` and `routes` options. */
 export function isGuarded(options: ResolvedAdapterOptions<never, unknown>, method: string, path: string): boolean {
@@ -61,40 +34,55 @@ export function isGuarded(options: ResolvedAdapterOptions<never, unknown>, metho
 export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req, Tx>, request: Req, parts: RequestParts): Promise<Gate<Tx>> {
   const startedAt = performance.now()
   const answer = (outcome: Outcome, response: HttpAnswer): Gate<Tx> => {
-    report(options, outcome, response.status, startedAt)
+    report(options, outcome, response.status, startedAt, response.instance)
     return { kind: 'answer', answer: response }
+  }
+  const sentKey = parts.key === undefined || parts.key === null ? undefined : typeof parts.key === 'string' ? parts.key : parts.key.join(', ')
+  if (sentKey === undefined && !options.required) {
+    return { kind: 'unkeyed', finish: (status) => report(options, 'unkeyed', status, startedAt) }
+  }
+  if (parts.bodyNotRead) {
+    // Issue 8 path 14: a fingerprint without the body would replay a different request.
+    const detail = `${parts.method.toUpperCase()} ${parts.route} has a request body the idempotency guard cannot see: mount a body parser for its content type (express.json(), express.raw() …) before idempotency()`
+    const refusal = problem({ status: 500, type: PROBLEM_TYPES.bodyNotRead, title: 'Request body not read', detail, retryable: false })
+    options.log(`oncely: ${detail} (instance ${refusal.instance})`)
+    return answer('failed', refusal)
   }
   const scope = await options.scope(request)
   if (scope === undefined || scope === '') {
-    return answer('invalid', problem(401, PROBLEM_TYPES.unauthenticated, 'Unauthenticated', 'this request must be authenticated to use an Idempotency-Key'))
+    return answer('invalid', problem({ status: 401, type: PROBLEM_TYPES.unauthenticated, title: 'Unauthenticated', detail: 'this request must be authenticated to use an Idempotency-Key', retryable: false }))
   }
   const fingerprint = fingerprintRequest({
     method: parts.method,
     route: parts.route,
     params: parts.params ?? {},
     query: pickQuery(normalizeQuery(parts.query ?? {}), options.query),
-    body: parts.body,
+    body: withoutFields(parts.body, options.excludeBodyFields),
   })
   let decision
   try {
     decision = await options.engine.begin({ scope, key: parts.key, fingerprint })
   } catch (error) {
-    options.log(`oncely: the idempotency store failed to answer: ${String(error)}`)
-    return answer('failed', problem(503, PROBLEM_TYPES.storeUnavailable, 'Idempotency store unavailable', 'the idempotency record could not be read; retry with the same key', [['retry-after', '1']]))
+    const unavailable = storeUnavailableAnswer('the idempotency record could not be read; retry with the same key')
+    const code = isOncelyError(error) ? `${error.code}: ` : ''
+    options.log(`oncely: the idempotency store failed to answer (instance ${unavailable.instance}): ${code}${String(error)}`)
+    return answer('failed', unavailable)
   }
   switch (decision.kind) {
     case 'execute':
       return { kind: 'execute', guard: new GuardedExecution(options, decision.execution, startedAt) }
     case 'replay':
-      return answer('replayed', replayAnswer(decision.response))
+      return answer('replayed', replayAnswer(decision.response, options.xIdempotentReplayed))
     case 'conflict':
       return answer('conflict', conflictAnswer(decision.retryAfterSeconds, 'a request with this Idempotency-Key is still being processed; retry later'))
-    case 'mismatch':
-      return answer('mismatch', problem(422, PROBLEM_TYPES.keyReused, 'Idempotency-Key reused', 'this Idempotency-Key was already used with a different request'))
+    case 'mismatch': {
+      const detail = 'this Idempotency-Key was already used with a different request'
+      return answer('mismatch', problem({ status: 422, type: PROBLEM_TYPES.keyReused, title: 'Idempotency-Key reused', detail, retryable: false, idempotencyKey: sentKey }))
+    }
     case 'invalid':
-      return parts.key === undefined || parts.key === null
-        ? answer('invalid', problem(400, PROBLEM_TYPES.keyMissing, 'Idempotency-Key missing', `${parts.method.toUpperCase()} ${parts.route} requires an Idempotency-Key header`))
-        : answer('invalid', problem(400, PROBLEM_TYPES.keyInvalid, 'Idempotency-Key invalid', decision.reason))
+      return sentKey === undefined
+        ? answer('invalid', problem({ status: 400, type: PROBLEM_TYPES.keyMissing, title: 'Idempotency-Key missing', detail: `${parts.method.toUpperCase()} ${parts.route} requires an Idempotency-Key header`, retryable: false }))
+        : answer('invalid', problem({ status: 400, type: PROBLEM_TYPES.keyInvalid, title: 'Idempotency-Key invalid', detail: decision.reason, retryable: false, idempotencyKey: sentKey }))
   }
 }
 

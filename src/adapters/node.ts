@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { invalid, positiveInteger } from '../engine/options.js'
 import { problem, PROBLEM_TYPES } from './answers.js'
+import { isJsonContentType } from './body.js'
 import { captureServerResponse, sendAnswer } from './capture-server-response.js'
 import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
 
@@ -57,10 +58,11 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const rawBody = await readBody(req, maxBodyBytes)
     if (rawBody === undefined) {
-      return sendAnswer(res, problem(413, PROBLEM_TYPES.bodyTooLarge, 'Body too large', `the request body exceeds ${maxBodyBytes} bytes`, [['connection', 'close']]))
+      const detail = `the request body exceeds ${maxBodyBytes} bytes`
+      return sendAnswer(res, problem({ status: 413, type: PROBLEM_TYPES.bodyTooLarge, title: 'Body too large', detail, retryable: false, headers: [['connection', 'close']] }))
     }
     const body = parseBody(req, rawBody)
-    if (body instanceof SyntaxError) return sendAnswer(res, problem(400, PROBLEM_TYPES.invalidJson, 'Invalid JSON', body.message))
+    if (body instanceof SyntaxError) return sendAnswer(res, problem({ status: 400, type: PROBLEM_TYPES.invalidJson, title: 'Invalid JSON', detail: body.message, retryable: false }))
     const url = new URL(req.url ?? '/', 'http://localhost')
     const route = routeOf(req)
     const method = req.method ?? 'GET'
@@ -74,7 +76,11 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
       key: req.headers['idempotency-key'],
     })
     if (gate.kind === 'answer') return sendAnswer(res, gate.answer)
-    captureServerResponse(res, gate.guard)
+    if (gate.kind === 'unkeyed') {
+      res.once('close', () => gate.finish(res.statusCode))
+      return handler(req, res, { body, rawBody, idempotency: undefined })
+    }
+    captureServerResponse(res, gate.guard, resolved.log)
     try {
       await handler(req, res, { body, rawBody, idempotency: gate.guard.context })
     } catch (error) {
@@ -87,7 +93,7 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
     handle(req, res).catch((error: unknown) => {
       resolved.log(`oncely: the handler of ${req.method} ${req.url} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`)
       if (res.headersSent || res.writableEnded) res.destroy()
-      else sendAnswer(res, problem(500, 'about:blank', 'Internal Server Error', 'the request could not be processed'))
+      else sendAnswer(res, problem({ status: 500, type: 'about:blank', title: 'Internal Server Error', detail: 'the request could not be processed', retryable: true }))
     })
   }
 }
@@ -112,7 +118,7 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | undefin
 
 function parseBody(req: IncomingMessage, raw: Buffer): unknown {
   if (raw.length === 0) return undefined
-  if (!/^application\/([\w.+-]*\+)?json/i.test(req.headers['content-type'] ?? '')) return raw
+  if (!isJsonContentType(req.headers['content-type'])) return raw
   try {
     return JSON.parse(raw.toString('utf8')) as unknown
   } catch (error) {

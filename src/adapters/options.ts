@@ -1,5 +1,6 @@
 import type { Engine } from '../engine/engine.js'
 import { invalid, positiveInteger } from '../engine/options.js'
+import { parsePointers, type Pointer } from './excluded-fields.js'
 
 /** What one guarded request came to, reported to `onOutcome` (for metrics). */
 export interface OutcomeEvent {
@@ -7,13 +8,16 @@ export interface OutcomeEvent {
    * `created`: the handler answered below 400; `replayed`: a stored response was sent again;
    * `conflict`: 409 (the key is in use, or this worker lost its claim); `mismatch`: 422;
    * `invalid`: 400 or 401 before any claim; `failed`: the handler answered 400 or more, threw,
-   * or its outcome could not be stored.
+   * or its outcome could not be stored; `unkeyed`: no key was sent and `required` is `false`, so
+   * the request ran unguarded.
    */
-  outcome: 'created' | 'replayed' | 'conflict' | 'mismatch' | 'invalid' | 'failed'
+  outcome: 'created' | 'replayed' | 'conflict' | 'mismatch' | 'invalid' | 'failed' | 'unkeyed'
   /** Time from the start of the guard to the answer, handler included, in milliseconds. */
   durationMs: number
   /** The status sent to the client. */
   status: number
+  /** The problem's `instance` (`urn:uuid:…`) when oncely answered with a problem; absent otherwise. */
+  instance?: string
 }
 
 /** Gives the user (scope) a request acts for; `undefined` answers 401. */
@@ -38,9 +42,27 @@ export interface AdapterOptions<Req, Tx = unknown> {
   routes?: (method: string, path: string) => boolean
   /** Query parameters that change the meaning of a request and enter its fingerprint. (Default: `[]`) */
   query?: readonly string[]
-  /** A response body larger than this is sent but not stored: the key is released or suspended. (Default: 1048576) */
+  /**
+   * The largest response body stored. A larger one cannot be replayed, so it is never sent as a
+   * success: the client gets 500 `…/response-not-replayable` and the key is released or suspended.
+   * (Default: 1048576)
+   */
   maxStoredBodyBytes?: number
-  /** Where the adapter writes a line when it cannot store a response. (Default: `console.warn`) */
+  /**
+   * `false` lets a request without an `Idempotency-Key` run unguarded (reported to `onOutcome` as
+   * `unkeyed`), to switch oncely on before every client sends keys. A request with a key is
+   * always guarded. (Default: `true`: a guarded request without a key gets 400)
+   */
+  required?: boolean
+  /**
+   * JSON Pointers (RFC 6901) of body fields left out of the fingerprint, such as a client
+   * timestamp or nonce that changes on every retry. Two requests that differ only there are the
+   * same request: the second gets the first one's response. (Default: `[]`)
+   */
+  excludeBodyFields?: readonly string[]
+  /** Also send `X-Idempotent-Replayed: true` on a replay, for clients written for other servers. (Default: `false`) */
+  xIdempotentReplayed?: boolean
+  /** Where the adapter writes a line when it cannot store a response; 5xx lines name the problem's `instance`. (Default: `console.warn`) */
   log?: (line: string) => void
   /** Called once per guarded request with its outcome, for metrics. (Default: none) */
   onOutcome?: (event: OutcomeEvent) => void
@@ -53,6 +75,9 @@ export interface ResolvedAdapterOptions<Req, Tx = unknown> {
   readonly routes: ((method: string, path: string) => boolean) | undefined
   readonly query: readonly string[]
   readonly maxStoredBodyBytes: number
+  readonly required: boolean
+  readonly excludeBodyFields: readonly Pointer[]
+  readonly xIdempotentReplayed: boolean
   readonly log: (line: string) => void
   readonly onOutcome: ((event: OutcomeEvent) => void) | undefined
 }
@@ -60,7 +85,7 @@ export interface ResolvedAdapterOptions<Req, Tx = unknown> {
 export const DEFAULT_GUARDED_METHODS: readonly string[] = Object.freeze(['POST', 'PATCH'])
 export const DEFAULT_MAX_STORED_BODY_BYTES = 1_048_576
 
-/** Resolves, validates and freezes adapter options once, at start-up (style rule 4). */
+/** Resolves, validates and freezes adapter options once, at start-up: a bad one fails before any request. */
 export function resolveAdapterOptions<Req, Tx>(options: AdapterOptions<Req, Tx>): ResolvedAdapterOptions<Req, Tx> {
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
   const { engine, scope } = options
@@ -75,7 +100,14 @@ export function resolveAdapterOptions<Req, Tx>(options: AdapterOptions<Req, Tx>)
   const maxStoredBodyBytes = positiveInteger('maxStoredBodyBytes', options.maxStoredBodyBytes ?? DEFAULT_MAX_STORED_BODY_BYTES)
   const routes = optionalFunction('routes', options.routes)
   const onOutcome = optionalFunction('onOutcome', options.onOutcome)
-  const log = optionalFunction('log', options.log) ?? ((line: string) => console.warn(line))
+  const userLog = optionalFunction('log', options.log) ?? ((line: string) => console.warn(line))
+  const log = (line: string) => {
+    try {
+      userLog(line)
+    } catch {
+      // A logger that throws must never turn an answered request into a crash.
+    }
+  }
   return Object.freeze({
     engine,
     scope: scope === 'global' ? async () => 'global' : async (request: Req) => scope(request),
@@ -83,6 +115,9 @@ export function resolveAdapterOptions<Req, Tx>(options: AdapterOptions<Req, Tx>)
     routes,
     query: Object.freeze(query),
     maxStoredBodyBytes,
+    required: optionalBoolean('required', options.required) ?? true,
+    excludeBodyFields: parsePointers('excludeBodyFields', options.excludeBodyFields ?? []),
+    xIdempotentReplayed: optionalBoolean('xIdempotentReplayed', options.xIdempotentReplayed) ?? false,
     log,
     onOutcome,
   })
@@ -97,5 +132,10 @@ function stringList(name: string, value: unknown): string[] {
 
 function optionalFunction<F>(name: string, value: F | undefined): F | undefined {
   if (value !== undefined && typeof value !== 'function') throw invalid(name, 'must be a function', value)
+  return value
+}
+
+function optionalBoolean(name: string, value: unknown): boolean | undefined {
+  if (value !== undefined && typeof value !== 'boolean') throw invalid(name, 'must be true or false', value)
   return value
 }

@@ -10,6 +10,8 @@ const COMMANDS: Record<string, { summary: string }> = {
   doctor: { summary: 'compare the live schema with the expected one' },
   race: { summary: "reproduce the article's measured table" },
   request: { summary: 'send a request with a persisted key and safe retries' },
+  keys: { summary: 'list, show and release idempotency keys' },
+  stats: { summary: 'counts by state, oldest running claim, table size, sweeper lag' },
 }
 
 function usage(): string {

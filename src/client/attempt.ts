@@ -8,13 +8,21 @@ export interface Attempt {
   readonly delayMs: number
   /** The response status, when a whole response arrived. */
   readonly status: number | undefined
-  /** Why no whole response arrived (network error, attempt timeout). */
+  /** Why no whole response arrived (network failure, attempt timeout, a local fault). */
   readonly error: Error | undefined
+  /**
+   * The transport's code when `error` is a network failure, the only errors retried
+   * (`ECONNREFUSED`, `ECONNRESET`, `ENOTFOUND`, `EAI_AGAIN`, `UND_ERR_SOCKET`,
+   * `UND_ERR_CONNECT_TIMEOUT`…); `undefined` otherwise.
+   */
+  readonly networkFailure: string | undefined
   readonly durationMs: number
 }
 
 /**
- * One line for logs: `attempt 2: 503 in 12 ms` or `attempt 1: ECONNRESET (other side closed) in 3 ms`.
+ * One line for logs: `attempt 2: 503 in 12 ms`, `attempt 1: ECONNRESET (network failure: read
+ * ECONNRESET) in 3 ms`, or for an error that is not retried `attempt 1: fetch failed: bad port
+ * (not a network failure, not retried) in 1 ms`.
  *
  * @example
  * ```ts
@@ -26,11 +34,26 @@ export interface Attempt {
  * ```
  */
 export function describeAttempt(attempt: Attempt): string {
-  const outcome = attempt.status !== undefined ? String(attempt.status) : describeError(attempt.error)
+  const outcome = attempt.status !== undefined ? String(attempt.status) : describeFailure(attempt)
   return `attempt ${attempt.number}: ${outcome} in ${Math.round(attempt.durationMs)} ms`
 }
 
-/** Names the socket error under Node's generic `fetch failed` / `terminated`. */
+function describeFailure(attempt: Attempt): string {
+  const { error, networkFailure } = attempt
+  if (networkFailure !== undefined) return `${networkFailure} (network failure: ${deepestMessage(error)})`
+  if (error?.name === 'AttemptTimeoutError') return error.message
+  return `${describeError(error)} (not a network failure, not retried)`
+}
+
+/** The transport's own message under Node's generic `fetch failed` / `terminated`. */
+function deepestMessage(error: unknown): string {
+  let current: unknown = error
+  while (current instanceof Error && current.cause instanceof Error) current = current.cause
+  if (current instanceof AggregateError && current.errors[0] instanceof Error) return current.errors[0].message
+  return current instanceof Error ? current.message : String(current)
+}
+
+/** Names the error under Node's generic `fetch failed` / `terminated`. */
 export function describeError(error: unknown): string {
   if (!(error instanceof Error)) return String(error)
   const cause: unknown = error.cause

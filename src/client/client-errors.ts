@@ -52,3 +52,28 @@ export class ClientAbortedError extends OncelyError {
     this.attempts = attempts
   }
 }
+
+/**
+ * An attempt failed for a reason that is not a network failure (`ONCELY_CLIENT_REQUEST_FAILED`),
+ * so it is not retried: the same request would fail the same way (a port fetch refuses, a TLS
+ * certificate refused, a response body that cannot be decoded). `cause` is fetch's error. The
+ * key stays in the key store: once the cause is fixed, the same `operationId` resumes.
+ *
+ * @example
+ * ```ts
+ * import { ClientRequestFailedError, createClient } from 'oncely/client'
+ * const client = createClient({ baseUrl: 'http://127.0.0.1:3000' })
+ * await client.post('/v1/charges', { amount: 1000 }).catch((error: unknown) => {
+ *   if (error instanceof ClientRequestFailedError) console.error(error.message)
+ * })
+ * ```
+ */
+export class ClientRequestFailedError extends OncelyError {
+  /** Every attempt, in order; the last one failed with `cause`. */
+  readonly attempts: readonly Attempt[]
+
+  constructor(message: string, attempts: readonly Attempt[], cause: unknown) {
+    super('ONCELY_CLIENT_REQUEST_FAILED', message, { cause })
+    this.attempts = attempts
+  }
+}

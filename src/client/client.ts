@@ -1,16 +1,19 @@
 import { OncelyError } from '../errors.js'
-import { requestFingerprint } from './fingerprint.js'
+import { boundedWait } from './bounded-wait.js'
+import { ClientAbortedError } from './client-errors.js'
+import { fingerprintOf } from './fingerprint.js'
 import type { OperationRecord } from './key-store.js'
 import { resolveClientOptions, resolveHeaders, type ClientOptions, type ResolvedClientOptions } from './options.js'
-import { encodeBody, type RequestBody } from './request-body.js'
+import { encodeBody, type FingerprintBody, type RequestBody } from './request-body.js'
 import type { ClientResponse } from './response.js'
+import { redactUrl } from './redact-url.js'
 import { sendWithRetries } from './send-with-retries.js'
 
 /** Options of one call. */
 export interface CallOptions {
   /** Headers for this call, over the client's. (Default: none) */
   readonly headers?: Readonly<Record<string, string>>
-  /** Stops the call, waits included; it then rejects with `ONCELY_CLIENT_ABORTED`. (Default: none) */
+  /** Stops the call, the key store and waits included; it then rejects with `ONCELY_CLIENT_ABORTED`. (Default: none) */
   readonly signal?: AbortSignal
 }
 
@@ -48,6 +51,9 @@ export interface OncelyClient {
   prune(now?: Date): Promise<number>
 }
 
+/** The least time a final response gets for the key store to mark its operation finished. */
+const FINISH_GRACE_MS = 1000
+
 /** Methods idempotent by definition (RFC 9110 §9.2.2): retried as they are, with no key. */
 const IDEMPOTENT_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'PUT', 'DELETE'])
 
@@ -71,6 +77,8 @@ export function createClient(options: ClientOptions): OncelyClient {
   const resolved = resolveClientOptions(options)
 
   async function request(method: string, path: string, init: CallInit = {}): Promise<ClientResponse> {
+    // The deadline counts from here: the key store's claim is part of the call.
+    const deadlineAt = performance.now() + resolved.deadlineMs
     const verb = resolveMethod(method)
     const url = resolveUrl(resolved.baseUrl, path)
     const keyed = !IDEMPOTENT_METHODS.has(verb)
@@ -84,24 +92,25 @@ export function createClient(options: ClientOptions): OncelyClient {
     if (signal !== undefined && !(signal instanceof AbortSignal)) {
       throw new OncelyError('ONCELY_INVALID_OPTION', 'oncely client: signal must be an AbortSignal')
     }
-    const encoded = encodeBody(body)
     const headers = new Headers(resolved.headers)
     for (const [name, value] of Object.entries(resolveHeaders('call headers', init.headers ?? {}))) headers.set(name, value)
+    const encoded = encodeBody(body, headers.get('content-type'))
     if (encoded.contentType && !headers.has('content-type')) headers.set('content-type', encoded.contentType)
+    if (signal?.aborted) throw new ClientAbortedError(`${verb} ${redactUrl(url)}: aborted before anything was sent`, [], signal.reason)
 
     let key: string | undefined
     if (keyed) {
-      key = operationId === undefined ? resolved.mintKey() : await keyForOperation(operationId, verb, url, body)
+      key = operationId === undefined ? resolved.mintKey() : await keyForOperation(operationId, verb, url, encoded.fingerprint, deadlineAt, signal)
       headers.set('idempotency-key', key)
     }
-    const response = await sendWithRetries({ method: verb, url, headers, body: encoded.bytes, key, operationId, signal }, resolved)
-    if (operationId !== undefined) await finishOperation(operationId, response.status)
+    const response = await sendWithRetries({ method: verb, url, headers, body: encoded.bytes, key, operationId, signal, deadlineAt }, resolved)
+    if (operationId !== undefined) await finishOperation(operationId, response.status, deadlineAt, signal)
     return response
   }
 
   /** The operation's key: persisted durably before the first attempt, or refused on mismatch. */
-  async function keyForOperation(operationId: string, method: string, url: string, body: RequestBody | undefined): Promise<string> {
-    const fingerprint = requestFingerprint(method, url, body)
+  async function keyForOperation(operationId: string, method: string, url: string, body: FingerprintBody, deadlineAt: number, signal: AbortSignal | undefined): Promise<string> {
+    const fingerprint = fingerprintOf(method, url, body)
     const candidate: OperationRecord = {
       operationId,
       key: resolved.mintKey(),
@@ -111,12 +120,19 @@ export function createClient(options: ClientOptions): OncelyClient {
       finalStatus: null,
       expiresAt: null,
     }
-    let record: OperationRecord
+    let claimed: Awaited<ReturnType<typeof boundedWait<OperationRecord>>>
     try {
-      record = await resolved.keyStore.claim(candidate)
+      claimed = await boundedWait(resolved.keyStore.claim(candidate), deadlineAt - performance.now(), signal)
     } catch (error) {
       throw new OncelyError('ONCELY_KEY_STORE_FAILED', `oncely client: could not persist the key of operation ${JSON.stringify(operationId)}; nothing was sent`, { cause: error })
     }
+    if (claimed.kind === 'aborted') {
+      throw new ClientAbortedError(`operation ${JSON.stringify(operationId)}: aborted while the key store was keeping its key; nothing was sent`, [], signal?.reason)
+    }
+    if (claimed.kind === 'deadline') {
+      throw new OncelyError('ONCELY_KEY_STORE_FAILED', `oncely client: the key store did not keep the key of operation ${JSON.stringify(operationId)} within the deadline of ${resolved.deadlineMs} ms; nothing was sent`)
+    }
+    const record = claimed.value
     if (typeof record?.key !== 'string' || record.key.length === 0) {
       throw new OncelyError('ONCELY_KEY_STORE_FAILED', `oncely client: the key store returned no key for operation ${JSON.stringify(operationId)}; nothing was sent`)
     }
@@ -129,10 +145,14 @@ export function createClient(options: ClientOptions): OncelyClient {
     return record.key
   }
 
-  async function finishOperation(operationId: string, status: number): Promise<void> {
+  async function finishOperation(operationId: string, status: number, deadlineAt: number, signal: AbortSignal | undefined): Promise<void> {
     const finishedAt = new Date()
+    const outcome = { finishedAt, finalStatus: status, expiresAt: new Date(finishedAt.getTime() + resolved.keyTtlMs) }
     try {
-      await resolved.keyStore.finish(operationId, { finishedAt, finalStatus: status, expiresAt: new Date(finishedAt.getTime() + resolved.keyTtlMs) })
+      // A response that came just before the deadline still gets a moment to be recorded.
+      const finished = await boundedWait(resolved.keyStore.finish(operationId, outcome), Math.max(deadlineAt - performance.now(), FINISH_GRACE_MS), signal)
+      if (finished.kind === 'aborted') throw new Error('aborted while the key store was marking it finished')
+      if (finished.kind === 'deadline') throw new Error(`the key store did not answer within the deadline of ${resolved.deadlineMs} ms`)
     } catch (error) {
       throw new OncelyError(
         'ONCELY_KEY_STORE_FAILED',

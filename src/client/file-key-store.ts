@@ -15,7 +15,8 @@ const ABANDONED_TEMP_MS = 60 * 60 * 1000
  * - a record is written to a temp file and fsynced, then published with `link(2)`, which fails
  *   if the name exists, so concurrent claims agree on the first record and no reader ever sees
  *   a half-written file; the directory is fsynced before the claim resolves;
- * - updates are written the same way and published with an atomic `rename(2)`.
+ * - updates are written the same way and published with an atomic `rename(2)`;
+ * - `prune` skips a record it cannot read (and keeps it) rather than stopping.
  *
  * The directory is created if missing. It needs a local file system with hard links (not every
  * network or FAT mount has them).
@@ -92,7 +93,9 @@ export function fileKeyStore(directory: string): KeyStore {
           continue
         }
         if (!name.endsWith(RECORD_SUFFIX)) continue
-        const record = await readRecord(file)
+        // One unreadable record (corrupt, unreadable, a directory) must not stop the others from
+        // being pruned; it is kept, and a claim of its own operation still reports it.
+        const record = await readRecord(file).catch(() => undefined)
         if (record?.expiresAt && record.expiresAt <= now && (await unlinkIfPresent(file))) pruned++
       }
       if (pruned > 0) await fsyncDirectory(root)

@@ -1,8 +1,9 @@
 import type { KeyStore, OperationOutcome, OperationRecord } from './key-store.js'
 
 /**
- * A key store in this process's memory: keys survive retries, not a restart. The client's
- * default; use `fileKeyStore` or `postgresKeyStore` when a crash must not lose a key.
+ * A new, empty key store in memory, private to whoever holds it: keys survive retries, not a
+ * restart. The client's default is `processKeyStore()`, one shared by the whole process; use
+ * `fileKeyStore` or `postgresKeyStore` when a crash must not lose a key.
  *
  * @example
  * ```ts
@@ -34,4 +35,26 @@ export function memoryKeyStore(): KeyStore {
       return pruned
     },
   }
+}
+
+/** One per process, even when two copies of this module are loaded (a bundle and `node_modules`). */
+const PROCESS_KEY_STORE = Symbol.for('oncely.client.processKeyStore')
+
+/**
+ * The memory key store shared by every client of this process that names no `keyStore`: two
+ * clients created for two requests agree on one key per `operationId`. Keys survive retries and
+ * calls, not a restart.
+ *
+ * @example
+ * ```ts
+ * import { createClient, processKeyStore } from 'oncely/client'
+ * const a = createClient({ baseUrl: 'http://127.0.0.1:3000' })
+ * const b = createClient({ baseUrl: 'http://127.0.0.1:3000' })
+ * // a.options.keyStore === b.options.keyStore === processKeyStore()
+ * ```
+ */
+export function processKeyStore(): KeyStore {
+  const holder = globalThis as { [PROCESS_KEY_STORE]?: KeyStore }
+  holder[PROCESS_KEY_STORE] ??= memoryKeyStore()
+  return holder[PROCESS_KEY_STORE]
 }

@@ -1,17 +1,24 @@
 import { OncelyError } from '../errors.js'
 import type { Attempt } from './attempt.js'
 import type { KeyStore } from './key-store.js'
-import { memoryKeyStore } from './memory-key-store.js'
+import { processKeyStore } from './memory-key-store.js'
 import { mintKey } from './mint-key.js'
+import { redactUrl } from './redact-url.js'
 
 export interface ClientOptions {
   /** Where request paths are appended, such as `https://api.example.com/v2`. (Default: none, required) */
   readonly baseUrl: string
-  /** Where operation keys are kept; must be durable for keys to survive a crash. (Default: `memoryKeyStore()`) */
+  /**
+   * Where operation keys are kept; must be durable for keys to survive a crash. The default is
+   * one memory store shared by every client of the process. (Default: `processKeyStore()`)
+   */
   readonly keyStore?: KeyStore
   /** Headers sent with every request; `Idempotency-Key` is the client's own and may not be set. (Default: `{}`) */
   readonly headers?: Readonly<Record<string, string>>
-  /** Attempts per call, the first included. (Default: `5`) */
+  /**
+   * Attempts per call, the first included; `Infinity` for no count, so that only `deadlineMs`
+   * bounds the call. (Default: `Infinity`)
+   */
   readonly maxAttempts?: number
   /** The backoff's first ceiling; it doubles per retry, full jitter below it. (Default: `100`) */
   readonly baseDelayMs?: number
@@ -19,7 +26,12 @@ export interface ClientOptions {
   readonly maxDelayMs?: number
   /** The longest `Retry-After` (on 429, 503, 409) the client waits; a longer one is cut to this. (Default: `60_000`) */
   readonly maxRetryAfterMs?: number
-  /** Time for a whole call, attempts and waits included; `Infinity` for none. (Default: `120_000`) */
+  /**
+   * Time for a whole call, the key store, attempts and waits included; `Infinity` for none. The
+   * default outlasts a crash recovery on a server with oncely's defaults: a claim whose owner
+   * died is taken over once it is 90 s stale, up to one 30 s renewal after the owner's last
+   * sign of life, and the retry then does the work. (Default: `150_000`)
+   */
   readonly deadlineMs?: number
   /** Time for one attempt, until its whole response body has arrived. (Default: `30_000`) */
   readonly attemptTimeoutMs?: number
@@ -50,6 +62,12 @@ export type ResolvedClientOptions = Readonly<Required<Omit<ClientOptions, 'onRet
   readonly onRetry: ((event: RetryEvent) => void) | undefined
 }
 
+/**
+ * Outlasts a crash recovery under the server's defaults: the stale threshold (90 s) plus one
+ * lease renewal (30 s), and 30 s more for the retry that takes the claim over to finish.
+ */
+export const DEFAULT_DEADLINE_MS = 150_000
+
 /** Node's timers hold at most 2^31−1 ms. */
 const MAX_TIMER_MS = 2 ** 31 - 1
 
@@ -58,13 +76,13 @@ export function resolveClientOptions(options: ClientOptions): ResolvedClientOpti
   if (typeof options !== 'object' || options === null) invalid('options', 'must be an object', options)
   const resolved: ResolvedClientOptions = {
     baseUrl: resolveBaseUrl(options.baseUrl),
-    keyStore: options.keyStore ?? memoryKeyStore(),
+    keyStore: options.keyStore ?? processKeyStore(),
     headers: resolveHeaders('headers', options.headers ?? {}),
-    maxAttempts: integerAtLeast('maxAttempts', options.maxAttempts ?? 5, 1),
+    maxAttempts: (options.maxAttempts ?? Infinity) === Infinity ? Infinity : integerAtLeast('maxAttempts', options.maxAttempts, 1),
     baseDelayMs: duration('baseDelayMs', options.baseDelayMs ?? 100),
     maxDelayMs: duration('maxDelayMs', options.maxDelayMs ?? 10_000),
     maxRetryAfterMs: duration('maxRetryAfterMs', options.maxRetryAfterMs ?? 60_000),
-    deadlineMs: options.deadlineMs === Infinity ? Infinity : positiveDuration('deadlineMs', options.deadlineMs ?? 120_000),
+    deadlineMs: options.deadlineMs === Infinity ? Infinity : positiveDuration('deadlineMs', options.deadlineMs ?? DEFAULT_DEADLINE_MS),
     attemptTimeoutMs: positiveDuration('attemptTimeoutMs', options.attemptTimeoutMs ?? 30_000),
     keyTtlMs: integerAtLeast('keyTtlMs', options.keyTtlMs ?? 86_400_000, 0),
     onRetry: optionalFunction('onRetry', options.onRetry),
@@ -84,7 +102,10 @@ export function resolveHeaders(name: string, headers: unknown): Readonly<Record<
   if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) invalid(name, 'must be an object of header names to strings', headers)
   const result: Record<string, string> = {}
   for (const [header, value] of Object.entries(headers)) {
-    if (typeof value !== 'string') invalid(name, `header ${header} must be a string`, value)
+    // Header values are never shown in a message: they hold tokens and API keys.
+    if (!HEADER_NAME.test(header)) invalid(name, 'has a header name that is not an HTTP token (letters, digits and !#$%&\'*+-.^_`|~)', header)
+    if (typeof value !== 'string') invalidHidden(name, `header ${header} must be a string`)
+    if (!HEADER_VALUE.test(value)) invalidHidden(name, `header ${header} has a value with a line break, a NUL or a character above U+00FF (the value is not shown)`)
     if (header.toLowerCase() === 'idempotency-key') invalid(name, 'may not set Idempotency-Key: the client mints it (pass an operationId)', header)
     result[header] = value
   }
@@ -97,10 +118,12 @@ function resolveBaseUrl(value: unknown): string {
   try {
     url = new URL(value)
   } catch {
-    invalid('baseUrl', 'must be an http or https URL', value)
+    invalidHidden('baseUrl', 'must be an http or https URL')
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') invalid('baseUrl', 'must be an http or https URL', value)
-  if (url.search || url.hash) invalid('baseUrl', 'may not have a query or fragment', value)
+  const shown = redactUrl(url)
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') invalid('baseUrl', 'must be an http or https URL', shown)
+  if (url.username || url.password) invalid('baseUrl', 'may not hold credentials (user:password@); send them in an authorization header', shown)
+  if (url.search || url.hash) invalid('baseUrl', 'may not have a query or fragment', shown)
   return url.toString().replace(/\/+$/, '')
 }
 
@@ -122,6 +145,15 @@ function positiveDuration(name: string, value: unknown): number {
 function optionalFunction<F>(name: string, value: F | undefined): F | undefined {
   if (value !== undefined && typeof value !== 'function') invalid(name, 'must be a function', value)
   return value
+}
+
+/** RFC 9110 §5.1 token. */
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+/** What fetch's `Headers` accepts as a value: bytes, no NUL, CR or LF. */
+const HEADER_VALUE = /^[^\0\r\n\u0100-\uffff]*$/
+
+function invalidHidden(name: string, rule: string): never {
+  throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: ${name} ${rule}`)
 }
 
 function invalid(name: string, rule: string, value: unknown): never {

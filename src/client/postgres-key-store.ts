@@ -7,6 +7,12 @@ import type { KeyStore, OperationOutcome, OperationRecord } from './key-store.js
  */
 export interface KeyStoreQueryable {
   query<R = Record<string, unknown>>(config: { text: string; values?: unknown[]; name?: string }): Promise<{ rows: R[]; rowCount: number | null }>
+  /**
+   * `pg`'s Client and PoolClient report the transaction status of their last answer: `'I'`
+   * idle, `'T'` in a transaction block, `'E'` in a failed one. The store refuses to write
+   * through a connection that is not idle.
+   */
+  getTransactionStatus?(): string | null
 }
 
 export interface PostgresKeyStoreOptions {
@@ -41,6 +47,12 @@ interface KeyRow {
  * one `INSERT … ON CONFLICT DO NOTHING RETURNING` (committed on its own) and, when another
  * process got there first, a read of its row. Values are always bound parameters.
  *
+ * Give it a pool (or a connection of its own), never a connection inside your open transaction:
+ * a rollback there would delete a key that was already sent, and the next call would mint a new
+ * one. A `pg` Client or PoolClient inside a transaction block is refused
+ * (`ONCELY_INVALID_OPTION`, seen through its `getTransactionStatus()`); other drivers cannot be
+ * checked.
+ *
  * @example
  * ```ts
  * import pg from 'pg'
@@ -52,6 +64,7 @@ interface KeyRow {
  */
 export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStoreOptions = {}): PostgresKeyStore {
   if (typeof db?.query !== 'function') throw new OncelyError('ONCELY_INVALID_OPTION', 'postgresKeyStore: db must have a query(config) method, such as a pg.Pool')
+  refuseOpenTransaction(db)
   const table = `${quoteIdentifier('schema', options.schema ?? 'public')}.${quoteIdentifier('table', options.table ?? 'oncely_client_keys')}`
   const columns = 'operation_id, idempotency_key, fingerprint, created_at, finished_at, final_status, expires_at'
   const sql = {
@@ -83,6 +96,7 @@ export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStor
       await db.query({ text: `SELECT pg_advisory_xact_lock(hashtext('oncely:client-keys'));\n${sql.setup}` })
     },
     async claim(candidate: OperationRecord) {
+      refuseOpenTransaction(db)
       const inserted = await db.query<KeyRow>({
         text: sql.insert,
         values: [candidate.operationId, candidate.key, candidate.fingerprint, candidate.createdAt, candidate.finishedAt, candidate.finalStatus, candidate.expiresAt],
@@ -92,9 +106,11 @@ export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStor
       return toRecord(row)
     },
     async finish(operationId: string, outcome: OperationOutcome) {
+      refuseOpenTransaction(db)
       await db.query({ text: sql.finish, values: [operationId, outcome.finishedAt, outcome.finalStatus, outcome.expiresAt] })
     },
     async prune(now = new Date()) {
+      refuseOpenTransaction(db)
       // Small batches, so a large backlog never holds many row locks at once.
       let pruned = 0
       for (;;) {
@@ -104,6 +120,20 @@ export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStor
       }
     },
   })
+}
+
+/**
+ * A key written inside the caller's transaction is undone by its rollback, after the request
+ * carrying it was sent: the next call would mint a second key for one operation.
+ */
+function refuseOpenTransaction(db: KeyStoreQueryable): void {
+  const status = typeof db.getTransactionStatus === 'function' ? db.getTransactionStatus() : null
+  if (status === 'T' || status === 'E') {
+    throw new OncelyError(
+      'ONCELY_INVALID_OPTION',
+      `postgresKeyStore: db is a connection inside an open transaction (transaction status '${status}'); a rollback would delete a key already sent. Pass a pg.Pool or a connection of its own.`,
+    )
+  }
 }
 
 function toRecord(row: KeyRow): OperationRecord {

@@ -1,15 +1,110 @@
+import { createHash } from 'node:crypto'
+import { OncelyError } from '../errors.js'
+
 /**
- * A request body: a string or bytes are sent as they are; anything else is sent as JSON
- * (`content-type: application/json` unless the call sets its own).
+ * A request body:
+ * - a string is sent as its UTF-8 bytes, exactly as given (`text/plain; charset=utf-8` unless
+ *   the call sets a content type);
+ * - bytes (`Uint8Array`, any other typed array, `DataView`, `ArrayBuffer`) are copied once when
+ *   the call starts and sent as they were then (`application/octet-stream`);
+ * - `URLSearchParams` is sent as a form (`application/x-www-form-urlencoded;charset=UTF-8`);
+ * - a plain object, an array or a JSON scalar is sent as `JSON.stringify` renders it
+ *   (`application/json`).
+ *
+ * A stream, `FormData`, `Blob`, `Map`, `Set` or any other object is refused with
+ * `ONCELY_INVALID_OPTION`: a stream cannot be sent again on a retry, a multipart boundary
+ * changes per rendering, and the rest would be sent as `{}`.
  */
-export type RequestBody = string | Uint8Array | JsonValue
+export type RequestBody = string | ArrayBuffer | ArrayBufferView | URLSearchParams | JsonValue
 
 export type JsonValue = null | boolean | number | string | readonly JsonValue[] | { readonly [key: string]: JsonValue | undefined }
 
-/** The bytes and default content type of a body, rendered once and sent on every attempt. */
-export function encodeBody(body: RequestBody | undefined): { bytes: Uint8Array | undefined; contentType: string | undefined } {
-  if (body === undefined) return { bytes: undefined, contentType: undefined }
-  if (typeof body === 'string') return { bytes: Buffer.from(body), contentType: 'text/plain; charset=utf-8' }
-  if (body instanceof Uint8Array) return { bytes: body, contentType: 'application/octet-stream' }
-  return { bytes: Buffer.from(JSON.stringify(body)), contentType: 'application/json' }
+/** A body rendered once: every attempt sends exactly `bytes`. */
+export interface EncodedBody {
+  readonly bytes: Uint8Array | undefined
+  readonly contentType: string | undefined
+  /** What the operation's fingerprint holds for this body; see `requestFingerprint`. */
+  readonly fingerprint: FingerprintBody
+}
+
+/** A JSON body is fingerprinted by its canonical form, any other by the SHA-256 of its bytes. */
+export type FingerprintBody = null | { readonly json: unknown } | { readonly bytesSha256: string }
+
+const JSON_CONTENT_TYPE = 'application/json'
+const FORM_CONTENT_TYPE = 'application/x-www-form-urlencoded;charset=UTF-8'
+
+/**
+ * Renders `body` once. `contentType` is the call's own content type, if it sets one: a string
+ * body under a JSON content type is sent as typed and fingerprinted by its canonical parse.
+ */
+export function encodeBody(body: RequestBody | undefined, contentType: string | null = null): EncodedBody {
+  if (body === undefined) return { bytes: undefined, contentType: undefined, fingerprint: null }
+  if (typeof body === 'string') {
+    const bytes = Buffer.from(body, 'utf8')
+    return { bytes, contentType: 'text/plain; charset=utf-8', fingerprint: isJsonContentType(contentType) ? jsonTextFingerprint(body, bytes) : bytesFingerprint(bytes) }
+  }
+  if (ArrayBuffer.isView(body)) {
+    // Copied once, now: a caller that reuses its buffer during a backoff wait must not change
+    // what a retry sends under the same key.
+    const bytes = new Uint8Array(body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength))
+    return { bytes, contentType: 'application/octet-stream', fingerprint: bytesFingerprint(bytes) }
+  }
+  if (body instanceof ArrayBuffer) {
+    const bytes = new Uint8Array(body.slice(0))
+    return { bytes, contentType: 'application/octet-stream', fingerprint: bytesFingerprint(bytes) }
+  }
+  if (body instanceof URLSearchParams) {
+    const bytes = Buffer.from(body.toString(), 'utf8')
+    return { bytes, contentType: FORM_CONTENT_TYPE, fingerprint: bytesFingerprint(bytes) }
+  }
+  refuseUnsupported(body)
+  let text: string | undefined
+  try {
+    text = JSON.stringify(body)
+  } catch (error) {
+    throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: body cannot be rendered as JSON (${error instanceof Error ? error.message : String(error)})`, { cause: error })
+  }
+  if (text === undefined) throw new OncelyError('ONCELY_INVALID_OPTION', 'oncely client: body cannot be rendered as JSON')
+  return { bytes: Buffer.from(text, 'utf8'), contentType: JSON_CONTENT_TYPE, fingerprint: { json: body } }
+}
+
+/** `application/json` and every `+json` type (`application/problem+json`…). */
+export function isJsonContentType(contentType: string | null | undefined): boolean {
+  if (!contentType) return false
+  const type = contentType.split(';')[0]?.trim().toLowerCase() ?? ''
+  return type === JSON_CONTENT_TYPE || /^[a-z0-9!#$&^_.+-]+\/[a-z0-9!#$&^_.+-]+\+json$/.test(type)
+}
+
+function jsonTextFingerprint(text: string, bytes: Uint8Array): FingerprintBody {
+  try {
+    return { json: JSON.parse(text) as unknown }
+  } catch {
+    return bytesFingerprint(bytes)
+  }
+}
+
+function bytesFingerprint(bytes: Uint8Array): FingerprintBody {
+  return { bytesSha256: createHash('sha256').update(bytes).digest('hex') }
+}
+
+function refuseUnsupported(body: unknown): void {
+  if (body === null || typeof body !== 'object') {
+    if (typeof body === 'number' || typeof body === 'boolean' || body === null) return
+    throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: body must be a string, bytes, URLSearchParams or JSON data, got a ${typeof body}`)
+  }
+  if (Array.isArray(body)) return
+  const prototype: unknown = Object.getPrototypeOf(body)
+  if (prototype === Object.prototype || prototype === null) return
+  const name = (body as { constructor?: { name?: unknown } }).constructor?.name
+  const kind = typeof name === 'string' && name.length > 0 ? name : 'object with a prototype'
+  const why: Record<string, string> = {
+    ReadableStream: 'a stream cannot be sent again on a retry; read it into bytes first',
+    FormData: 'a multipart body gets a new boundary each time it is rendered; send URLSearchParams, JSON or bytes',
+    Blob: "read it first: `new Uint8Array(await blob.arrayBuffer())`",
+    File: "read it first: `new Uint8Array(await file.arrayBuffer())`",
+  }
+  throw new OncelyError(
+    'ONCELY_INVALID_OPTION',
+    `oncely client: body must be a string, bytes, URLSearchParams or plain JSON data (an object, an array or a scalar), got a ${kind}${why[kind] ? `: ${why[kind]}` : ': it would be sent as JSON.stringify renders it, often {}'}`,
+  )
 }

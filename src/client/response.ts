@@ -11,6 +11,12 @@ export interface ClientResponse {
   readonly headers: Headers
   /** The body bytes, as received. */
   readonly body: Buffer
+  /**
+   * The server says this is the stored answer of an earlier request with the same key, not a
+   * new execution: `Idempotent-Replayed: true` (or `X-Idempotent-Replayed: true`, which other
+   * servers send).
+   */
+  readonly replayed: boolean
   /** The `Idempotency-Key` the call carried (the same on every attempt). */
   readonly key: string | undefined
   /** Every attempt of the call, this response's last. */
@@ -26,10 +32,15 @@ export function clientResponse(status: number, headers: Headers, body: Buffer, k
     status,
     ok: status >= 200 && status <= 299,
     headers,
+    replayed: isTrue(headers.get('idempotent-replayed')) || isTrue(headers.get('x-idempotent-replayed')),
     body,
     key,
     attempts,
     text: () => body.toString('utf8'),
     json: <T = unknown>() => JSON.parse(body.toString('utf8')) as T,
   })
+}
+
+function isTrue(value: string | null): boolean {
+  return value?.trim().toLowerCase() === 'true'
 }

@@ -29,11 +29,46 @@ export function honoursRetryAfter(status: number): boolean {
 }
 
 /**
- * Whether a rejected `fetch` (or body read) is a network failure: a refused or reset connection,
- * a DNS failure, a connection closed before the whole response arrived. Node's fetch reports
- * them as a `TypeError` with the socket error as `cause`; a `TypeError` without a cause is a bad
- * request built by the caller and is not retried.
+ * The error codes of a network failure, as Node's sockets, DNS and undici report them: the
+ * connection was refused, reset, cut or timed out, or the host could not be resolved. Nothing
+ * else a `fetch` rejects with is retried: a bad port, a refused TLS certificate, a body that
+ * cannot be decoded or a detached buffer fail the same way every time.
  */
-export function isNetworkError(error: unknown): boolean {
-  return error instanceof TypeError && error.cause !== undefined
+const NETWORK_FAILURE_CODES: ReadonlySet<string> = new Set([
+  'ECONNREFUSED', // nothing listens there (yet)
+  'ECONNRESET', // the peer reset the connection
+  'ECONNABORTED',
+  'EPIPE', // the peer closed while the request was being written
+  'ETIMEDOUT', // the kernel gave up connecting or sending
+  'ENETUNREACH',
+  'ENETDOWN',
+  'EHOSTUNREACH',
+  'EHOSTDOWN',
+  'ENOTFOUND', // DNS: no such name (also what a resolver outage can look like)
+  'EAI_AGAIN', // DNS: temporary failure
+  'UND_ERR_SOCKET', // undici: the socket closed before the whole response arrived
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+])
+
+/**
+ * The code of the network failure behind a rejected `fetch` (or body read), or `undefined` when
+ * it is not one. Node's fetch rejects with a `TypeError` whose `cause` is the transport's error;
+ * a connection attempted to several addresses reports an `AggregateError` of them.
+ */
+export function networkFailureCode(error: unknown): string | undefined {
+  if (!(error instanceof TypeError)) return undefined
+  const seen = new Set<unknown>()
+  const pending: unknown[] = [error.cause]
+  while (pending.length > 0) {
+    const candidate = pending.shift()
+    if (typeof candidate !== 'object' || candidate === null || seen.has(candidate)) continue
+    seen.add(candidate)
+    const code = 'code' in candidate ? candidate.code : undefined
+    if (typeof code === 'string' && NETWORK_FAILURE_CODES.has(code)) return code
+    if (candidate instanceof AggregateError) pending.push(...(candidate.errors as unknown[]))
+    if ('cause' in candidate) pending.push(candidate.cause)
+  }
+  return undefined
 }

@@ -1,10 +1,11 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { describeAttempt, type Attempt } from './attempt.js'
 import { backoffDelay, parseRetryAfter } from './backoff.js'
-import { ClientAbortedError, ClientGaveUpError } from './client-errors.js'
+import { ClientAbortedError, ClientGaveUpError, ClientRequestFailedError } from './client-errors.js'
 import type { ResolvedClientOptions } from './options.js'
 import { clientResponse, type ClientResponse } from './response.js'
-import { honoursRetryAfter, isNetworkError, isRetryableStatus } from './retry-policy.js'
+import { redactUrl } from './redact-url.js'
+import { honoursRetryAfter, isRetryableStatus, networkFailureCode } from './retry-policy.js'
 
 /** One call, rendered once: every attempt sends exactly these bytes and this key. */
 export interface PreparedRequest {
@@ -15,6 +16,8 @@ export interface PreparedRequest {
   readonly key: string | undefined
   readonly operationId: string | undefined
   readonly signal: AbortSignal | undefined
+  /** When the call must end (`performance.now()` time), counted from the call's start. */
+  readonly deadlineAt: number
 }
 
 type AttemptResult =
@@ -23,12 +26,12 @@ type AttemptResult =
 
 /**
  * Sends `request` until a response that is not worth retrying arrives, then returns it (any
- * status: a 422 is an answer). Network errors, attempt timeouts, 5xx, 408, 409, 425 and 429 are
- * retried with full-jitter backoff, or after `Retry-After` on 409, 429 and 503, within
- * `maxAttempts` and the deadline.
+ * status: a 422 is an answer, and so is a 3xx, never followed). Network failures, attempt
+ * timeouts, 5xx, 408, 409, 425 and 429 are retried with full-jitter backoff, or after
+ * `Retry-After` on 409, 429 and 503, within `maxAttempts` and the deadline.
  */
 export async function sendWithRetries(request: PreparedRequest, options: ResolvedClientOptions): Promise<ClientResponse> {
-  const deadline = performance.now() + options.deadlineMs
+  const deadline = request.deadlineAt
   const attempts: Attempt[] = []
   let delayMs = 0
   for (let number = 1; ; number++) {
@@ -44,6 +47,7 @@ export async function sendWithRetries(request: PreparedRequest, options: Resolve
       delayMs,
       status: result.kind === 'response' ? result.status : undefined,
       error: result.kind === 'error' ? result.error : undefined,
+      networkFailure: result.kind === 'error' ? networkFailureCode(result.error) : undefined,
       durationMs: performance.now() - started,
     }
     attempts.push(attempt)
@@ -51,8 +55,8 @@ export async function sendWithRetries(request: PreparedRequest, options: Resolve
     if (result.kind === 'response') {
       response = clientResponse(result.status, result.headers, result.body, request.key, [...attempts])
       if (!isRetryableStatus(result.status)) return response
-    } else if (!isNetworkError(result.error) && !(result.error instanceof AttemptTimeoutError)) {
-      throw result.error
+    } else if (attempt.networkFailure === undefined && !(result.error instanceof AttemptTimeoutError)) {
+      throw new ClientRequestFailedError(`${describeRequest(request)}: not retried, ${describeAttempt(attempt)}`, [...attempts], result.error)
     }
 
     if (number >= options.maxAttempts) throw gaveUp(`${number} attempts made (maxAttempts)`, attempts, response, request)
@@ -88,7 +92,9 @@ async function attemptOnce(request: PreparedRequest, timeoutMs: number, fetch: t
   const timeout = AbortSignal.timeout(timeoutMs)
   const signal = request.signal ? AbortSignal.any([request.signal, timeout]) : timeout
   try {
-    const res = await fetch(request.url, { method: request.method, headers: request.headers, body: request.body ?? null, signal })
+    // A redirect is returned, never followed: a 303 would turn the POST into a GET that still
+    // carries the key, and a 307 would send the key and the caller's credentials elsewhere.
+    const res = await fetch(request.url, { method: request.method, headers: request.headers, body: request.body ?? null, signal, redirect: 'manual' })
     // The body is read inside the attempt: a cut halfway through it is a failed attempt.
     const body = Buffer.from(await res.arrayBuffer())
     return { kind: 'response', status: res.status, headers: res.headers, body }
@@ -103,10 +109,15 @@ async function attemptOnce(request: PreparedRequest, timeoutMs: number, fetch: t
 function gaveUp(reason: string, attempts: readonly Attempt[], response: ClientResponse | undefined, request: PreparedRequest): ClientGaveUpError {
   const last = attempts.at(-1)
   const lastText = last ? `; last ${describeAttempt(last)}` : ''
-  const key = request.key ? ` (Idempotency-Key ${request.key})` : ''
-  return new ClientGaveUpError(`${request.method} ${request.url}${key}: gave up, ${reason}${lastText}`, [...attempts], response)
+  return new ClientGaveUpError(`${describeRequest(request)}: gave up, ${reason}${lastText}`, [...attempts], response)
 }
 
 function aborted(attempts: readonly Attempt[], request: PreparedRequest): ClientAbortedError {
-  return new ClientAbortedError(`${request.method} ${request.url}: aborted after ${attempts.length} attempt(s)`, [...attempts], request.signal?.reason)
+  return new ClientAbortedError(`${request.method} ${redactUrl(request.url)}: aborted after ${attempts.length} attempt(s)`, [...attempts], request.signal?.reason)
+}
+
+/** `POST https://host/path?name=*** (Idempotency-Key …)`: query values and credentials never reach a message. */
+function describeRequest(request: PreparedRequest): string {
+  const key = request.key ? ` (Idempotency-Key ${request.key})` : ''
+  return `${request.method} ${redactUrl(request.url)}${key}`
 }

@@ -1,3 +1,5 @@
+import { OncelyError } from '../errors.js'
+import { claimKey } from './claim.js'
 import { Execution } from './execution.js'
 import { parseIdempotencyKey } from './key.js'
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js'
@@ -5,8 +7,11 @@ import type { StoredResponse } from './types.js'
 
 /** A request as the engine sees it: no HTTP types. */
 export interface BeginInput {
-  /** Whose key it is: the user or account id. */
-  scope: string
+  /**
+   * Whose key it is: the user or account id. A number is read as its decimal string (`42` and
+   * `'42'` are one scope); anything else throws `ONCELY_INVALID_SCOPE` before the claim.
+   */
+  scope: string | number
   /** The raw `Idempotency-Key` value; validated here. */
   key: string | readonly string[] | undefined | null
   /** `fingerprintRequest(...)` of the request. */
@@ -94,22 +99,14 @@ export interface Engine<Tx = unknown> {
  */
 export function createEngine<Tx>(options: EngineOptions<Tx>): Engine<Tx> {
   const resolved = resolveEngineOptions(options)
-  const { store, ttlMs, staleAfterMs, conflictRetryAfterSeconds } = resolved
 
   async function begin(input: BeginInput): Promise<Decision<Tx>> {
+    const scope = scopeOf(input.scope)
     const parsed = parseIdempotencyKey(input.key)
     if (!parsed.ok) return { kind: 'invalid', reason: parsed.reason }
-    const result = await store.claim({ scope: input.scope, key: parsed.key, fingerprint: input.fingerprint }, { ttlMs, staleAfterMs })
-    switch (result.kind) {
-      case 'claimed':
-        return { kind: 'execute', execution: new Execution(result.claim, result.how, resolved) }
-      case 'completed':
-        return { kind: 'replay', response: result.response }
-      case 'in-progress':
-        return { kind: 'conflict', retryAfterSeconds: conflictRetryAfterSeconds }
-      case 'mismatch':
-        return { kind: 'mismatch' }
-    }
+    const outcome = await claimKey({ scope, key: parsed.key, fingerprint: input.fingerprint }, resolved)
+    if (outcome.kind !== 'owned') return outcome
+    return { kind: 'execute', execution: new Execution(outcome.claim, outcome.how, resolved) }
   }
 
   async function run(
@@ -139,4 +136,11 @@ export function createEngine<Tx>(options: EngineOptions<Tx>): Engine<Tx> {
   }
 
   return Object.freeze({ options: resolved, begin, run })
+}
+
+/** Issue 8, path 11: a scope is settled before the claim, never found wrong midway. */
+function scopeOf(scope: unknown): string {
+  if (typeof scope === 'number' && Number.isFinite(scope)) return String(scope)
+  if (typeof scope === 'string' && scope.length > 0) return scope
+  throw new OncelyError('ONCELY_INVALID_SCOPE', `the scope must be a non-empty string or a finite number; got ${typeof scope === 'string' ? 'an empty string' : typeof scope}`)
 }

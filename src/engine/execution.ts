@@ -1,8 +1,9 @@
-import { OncelyError } from '../errors.js'
+import { OncelyError, type OncelyErrorCode } from '../errors.js'
 import type { ResolvedEngineOptions } from './options.js'
 import { deriveStepKey, toStoredForm } from './phases.js'
+import { describeError, retryTransient } from './retry.js'
 import type { Fence, FinalOutcome } from './store.js'
-import type { ClaimKind, ClaimState, StoredResponse } from './types.js'
+import type { ClaimKind, ClaimSnapshot, ClaimState, StoredResponse } from './types.js'
 
 /** What a step's function receives. */
 export interface StepContext {
@@ -10,14 +11,35 @@ export interface StepContext {
   idempotencyKey: string
 }
 
-/** How a claim ended, or `running` while it is held. */
+/** How a step may be repeated after a crash. */
+export interface StepOptions {
+  /**
+   * `'at-least-once'`: the step's result commits after its function returns; a take-over after a
+   * crash runs the function again with the same idempotency key, so the provider dedupes it.
+   * `'at-most-once'`: the step is recorded as started *before* its function runs; a take-over
+   * skips it (the step resolves to `undefined`), so a send where a duplicate is worse than a loss
+   * is never repeated (Invariant 13). (Default: `'at-least-once'`)
+   */
+  delivery?: 'at-least-once' | 'at-most-once'
+}
+
+/**
+ * How a claim ended, or `running` while it is held. `lost`: this worker may no longer write —
+ * the claim was taken over, or this worker gave it up (the database stayed away past its lease,
+ * or the handler ran past `handlerDeadlineMs`); a retry takes it over once stale.
+ */
 export type ExecutionState = 'running' | 'completed' | 'failed' | 'released' | 'suspended' | 'lost'
+
+/** Thrown inside the completion transaction to roll it back when the fence fails. */
+class LockLostSignal extends Error {}
 
 /**
  * The right to run one key's operation, held by exactly one worker at a time. Runs the handler's
  * phases, renews the lease while it is held, and ends in exactly one of: `complete`, `fail`,
  * `release`, `suspend`. Every write it makes is fenced: after a take-over it throws
- * `ONCELY_LOCK_LOST` and changes nothing.
+ * `ONCELY_LOCK_LOST` and changes nothing. Every write is retried while the database is away, for
+ * as long as the lease allows; past that the worker stops renewing (so a retry can take the
+ * claim over) and throws `ONCELY_STORE_UNAVAILABLE`.
  */
 export class Execution<Tx = unknown> {
   readonly scope: string
@@ -28,10 +50,17 @@ export class Execution<Tx = unknown> {
   readonly how: ClaimKind
   #fence: Fence
   #phases: Record<string, unknown>
+  #startedSteps: Set<string>
   #recoveryPoint: string | null
+  #interrupted: boolean
   #state: ExecutionState = 'running'
+  #lostCode: OncelyErrorCode = 'ONCELY_LOCK_LOST'
   #stepEntered = false
+  #finishing = false
+  /** When the last write that renewed the lease was sent (`performance.now()`). */
+  #leaseSentAt: number
   #lease: NodeJS.Timeout
+  #deadline: NodeJS.Timeout
   #options: ResolvedEngineOptions<Tx>
 
   constructor(claim: ClaimState, how: ClaimKind, options: ResolvedEngineOptions<Tx>) {
@@ -41,11 +70,18 @@ export class Execution<Tx = unknown> {
     this.how = how
     this.#fence = { scope: claim.scope, key: claim.key, fenceToken: claim.fenceToken }
     this.#phases = { ...claim.phases }
+    this.#startedSteps = new Set(claim.startedSteps)
     this.#recoveryPoint = claim.recoveryPoint
+    // Invariant 11: a claim that was taken over or suspended may have been acted on.
+    this.#interrupted = claim.interrupted || how === 'take-over'
     this.#options = options
+    this.#leaseSentAt = performance.now()
     this.#lease = setInterval(() => void this.#renewLease(), options.leaseRenewMs)
-    // A lease timer must never keep a process alive on its own.
+    // Issue 8, path 13: the owner itself enforces the deadline; it never takes a live claim.
+    this.#deadline = setTimeout(() => this.#abandon('ONCELY_HANDLER_DEADLINE_EXCEEDED'), options.handlerDeadlineMs)
+    // Timers must never keep a process alive on their own.
     this.#lease.unref()
+    this.#deadline.unref()
   }
 
   /** The fence token this worker holds (exposed for tests and diagnostics). */
@@ -63,11 +99,13 @@ export class Execution<Tx = unknown> {
   }
 
   /**
-   * True once a side effect may have happened: a step was entered in this run, or an earlier
-   * run committed one. Decides the default failure policy (Invariant 7).
+   * True once a side effect may have happened: a step was entered in this run, an earlier run
+   * committed or started one, or the claim was ever taken over or suspended (an earlier owner may
+   * have entered a step it never recorded). Decides the default failure policy (Invariant 7),
+   * and a claim for which it is true is never deleted (Invariant 11).
    */
   get sideEffectsPossible(): boolean {
-    return this.#stepEntered || Object.keys(this.#phases).length > 0
+    return this.#stepEntered || this.#interrupted || this.#startedSteps.size > 0 || Object.keys(this.#phases).length > 0
   }
 
   /** The key step `name` passes on; the same in every run of this claim, take-overs included. */
@@ -78,7 +116,9 @@ export class Execution<Tx = unknown> {
   /**
    * Runs one phase (Invariant 2): outside any transaction, with a derived key to pass on. Its
    * result (plain JSON data) commits with the recovery point; when a retry resumes this claim,
-   * a committed step returns its stored result and does not run again.
+   * a committed step returns its stored result and does not run again. With
+   * `{ delivery: 'at-most-once' }` the step is recorded before it runs and a resumed run skips
+   * it, resolving to `undefined` (see `StepOptions`).
    *
    * @example
    * ```ts
@@ -86,15 +126,34 @@ export class Execution<Tx = unknown> {
    *   provider.charge({ amount: 1000 }, idempotencyKey))
    * ```
    */
-  async step<T>(name: string, run: (context: StepContext) => Promise<T> | T): Promise<T> {
+  step<T>(name: string, run: (context: StepContext) => Promise<T> | T, options?: StepOptions & { delivery?: 'at-least-once' }): Promise<T>
+  step<T>(name: string, run: (context: StepContext) => Promise<T> | T, options: StepOptions & { delivery: 'at-most-once' }): Promise<T | undefined>
+  step<T>(name: string, run: (context: StepContext) => Promise<T> | T, options?: StepOptions): Promise<T | undefined>
+  async step<T>(name: string, run: (context: StepContext) => Promise<T> | T, options: StepOptions = {}): Promise<T | undefined> {
     this.#assertRunning()
     if (Object.hasOwn(this.#phases, name)) return this.#phases[name] as T
+    if (options.delivery === 'at-most-once') {
+      // Invariant 13: recorded before it is made; a take-over finds it started and skips it.
+      if (this.#startedSteps.has(name)) return undefined
+      const marked = await this.#write(
+        `recording step ${JSON.stringify(name)} as started`,
+        () => this.#options.store.markStepStarted(this.#fence, name),
+        (row) => this.#holds(row) && row.startedSteps.includes(name),
+      )
+      if (!marked) this.#lost()
+      this.#startedSteps.add(name)
+    }
     this.#stepEntered = true
     const result = await run({ idempotencyKey: this.stepKey(name) })
     const stored = toStoredForm(result)
     if (!stored.ok) throw new OncelyError('ONCELY_STEP_RESULT_NOT_JSON', `step ${JSON.stringify(name)} returned a value that is not JSON data`)
     this.#assertRunning()
-    if (!(await this.#options.store.commitPhase(this.#fence, name, stored.value))) this.#lost()
+    const committed = await this.#write(
+      `committing step ${JSON.stringify(name)}`,
+      () => this.#options.store.commitPhase(this.#fence, name, stored.value),
+      (row) => this.#holds(row) && Object.hasOwn(row.phases, name),
+    )
+    if (!committed) this.#lost()
     this.#phases[name] = stored.value
     this.#recoveryPoint = name
     return stored.value as T
@@ -122,7 +181,10 @@ export class Execution<Tx = unknown> {
   /**
    * Runs `work` in a transaction on the store's pool and completes the key in that same
    * transaction; resolves to what `work` returned. If the claim was lost meanwhile, the whole
-   * transaction rolls back and this throws `ONCELY_LOCK_LOST`.
+   * transaction rolls back and this throws `ONCELY_LOCK_LOST`. A transient database error runs
+   * `work` again in a new transaction (so `work` must only write through `tx`); a deterministic
+   * one (a constraint every run violates) keeps the claim suspended with the error recorded and
+   * throws `ONCELY_OUTCOME_NOT_RECORDED`.
    *
    * @example
    * ```ts
@@ -136,26 +198,69 @@ export class Execution<Tx = unknown> {
     work: (tx: Tx) => Promise<{ response: StoredResponse; status?: 'completed' | 'failed'; value: T }>,
   ): Promise<T> {
     this.#assertRunning()
+    const { store } = this.#options
     let status: 'completed' | 'failed' = 'completed'
-    const { completed, value } = await this.#options.store.completeInTransaction(this.#fence, async (tx) => {
-      const result = await work(tx)
-      status = result.status ?? 'completed'
-      return { outcome: { status, response: result.response }, value: result.value }
-    })
-    if (!completed) this.#lost()
-    this.#end(status)
-    return value
+    let committing: { value: T } | undefined
+    let ambiguous = false
+    const landed = async () => {
+      if (!ambiguous || committing === undefined) return false
+      const row = await this.#retrying('reading the key back', () => store.read(this.scope, this.key))
+      return row !== null && row.status === status && row.fenceToken === this.#fence.fenceToken
+    }
+    this.#finishing = true
+    try {
+      return await this.#retrying('completing in a transaction', async () => {
+        // An earlier attempt's COMMIT may have landed with only its answer lost: never run the
+        // business writes again when the row says so.
+        if (await landed()) return this.#ended(status, committing!.value)
+        try {
+          const value = await store.transaction(async (tx) => {
+            const result = await work(tx)
+            status = result.status ?? 'completed'
+            if (!(await store.complete(this.#fence, { status, response: result.response }, tx))) {
+              // Invariant 3: the business writes of a worker that lost its claim must not land.
+              throw new LockLostSignal()
+            }
+            committing = { value: result.value }
+            return result.value
+          })
+          return this.#ended(status, value)
+        } catch (error) {
+          if (store.isTransientError(error)) ambiguous = true
+          if (error instanceof LockLostSignal && (await landed())) return this.#ended(status, committing!.value)
+          throw error
+        }
+      })
+    } catch (error) {
+      if (error instanceof LockLostSignal) this.#lost()
+      throw await this.#notRecorded(error)
+    } finally {
+      this.#finishing = false
+    }
   }
 
   /**
-   * Deletes the claim: the key may be retried as a new request. Only safe while no side effect
-   * can have happened (Invariant 7); the default failure policy calls it only then.
+   * Deletes the claim: the key may be retried as a new request. Only while no side effect can
+   * have happened (Invariant 7); once one may have (`sideEffectsPossible`: a step entered, or the
+   * claim ever taken over or suspended), it suspends instead, since a claim someone may have
+   * acted on is never deleted (Invariant 11): the state is then `suspended`.
    */
   async release(): Promise<void> {
+    if (this.sideEffectsPossible) return this.suspend()
     this.#assertRunning()
-    const ok = await this.#options.store.release(this.#fence)
-    if (!ok) this.#lost()
-    this.#end('released')
+    const { store } = this.#options
+    this.#finishing = true
+    try {
+      const ok = await this.#write(
+        'releasing the claim',
+        () => store.release(this.#fence),
+        (row) => row === null || row.claimId !== this.claimId,
+      )
+      if (!ok) this.#lost()
+      this.#end('released')
+    } finally {
+      this.#finishing = false
+    }
   }
 
   /**
@@ -165,23 +270,118 @@ export class Execution<Tx = unknown> {
    */
   async suspend(): Promise<void> {
     this.#assertRunning()
-    const ok = await this.#options.store.suspend(this.#fence)
+    this.#finishing = true
+    try {
+      await this.#suspend(undefined)
+    } finally {
+      this.#finishing = false
+    }
+  }
+
+  async #suspend(outcomeError: string | undefined): Promise<void> {
+    const ok = await this.#write(
+      'suspending the claim',
+      () => this.#options.store.suspend(this.#fence, outcomeError),
+      (row) => row !== null && row.claimId === this.claimId && row.fenceToken !== this.#fence.fenceToken,
+    )
     if (!ok) this.#lost()
     this.#end('suspended')
   }
 
   async #finish(outcome: FinalOutcome, tx: Tx | undefined): Promise<void> {
     this.#assertRunning()
-    if (!(await this.#options.store.complete(this.#fence, outcome, tx))) this.#lost()
-    this.#end(outcome.status)
+    const { store } = this.#options
+    this.#finishing = true
+    try {
+      const ok =
+        tx === undefined
+          ? await this.#write(
+              `storing the ${outcome.status} outcome`,
+              () => store.complete(this.#fence, outcome),
+              (row) => row !== null && row.status === outcome.status && row.fenceToken === this.#fence.fenceToken,
+            )
+          : // The caller's transaction: one attempt, the caller owns its retries.
+            await store.complete(this.#fence, outcome, tx)
+      if (!ok) this.#lost()
+      this.#end(outcome.status)
+    } catch (error) {
+      throw await this.#notRecorded(error)
+    } finally {
+      this.#finishing = false
+    }
+  }
+
+  /**
+   * Issue 8, path 15: the outcome could not be stored for a reason a retry will not fix. After a
+   * possible side effect the claim is suspended with the error recorded (a retry after the fix
+   * resumes it; meanwhile it is listed as stuck); before any, it is released. Transient failures
+   * and lost claims pass through as they are.
+   */
+  async #notRecorded(error: unknown): Promise<unknown> {
+    if (error instanceof OncelyError || this.#options.store.isTransientError(error) || this.#state !== 'running') {
+      if (isUnavailable(error)) this.#abandon('ONCELY_STORE_UNAVAILABLE')
+      return error
+    }
+    const reason = describeError(error).replaceAll('\u0000', '')
+    if (this.sideEffectsPossible) await this.#suspend(reason)
+    else if (await this.#write('releasing the claim', () => this.#options.store.release(this.#fence), (row) => row === null || row.claimId !== this.claimId)) {
+      this.#end('released')
+    }
+    return new OncelyError('ONCELY_OUTCOME_NOT_RECORDED', `the outcome of key ${JSON.stringify(this.key)} could not be stored: ${reason}`, { cause: error })
+  }
+
+  /**
+   * One fenced write, retried while the database is away for as long as the lease allows
+   * (issue 8, path 4). A transient error can hide a commit: when a later attempt finds the fence
+   * gone, the row is read back and `recognise` says whether it holds this worker's own write.
+   * Past the lease, the worker stops renewing and throws `ONCELY_STORE_UNAVAILABLE`.
+   */
+  async #write(what: string, attempt: () => Promise<boolean>, recognise: (row: ClaimSnapshot | null) => boolean): Promise<boolean> {
+    let ambiguous = false
+    const ok = await this.#retrying(
+      what,
+      async () => {
+        const sentAt = performance.now()
+        const result = await attempt()
+        if (result) this.#leaseSentAt = Math.max(this.#leaseSentAt, sentAt)
+        return result
+      },
+      () => (ambiguous = true),
+    )
+    if (ok || !ambiguous) return ok
+    return recognise(await this.#retrying('reading the key back', () => this.#options.store.read(this.scope, this.key)))
+  }
+
+  async #retrying<T>(what: string, attempt: () => Promise<T>, onTransient?: () => void): Promise<T> {
+    const { store, staleAfterMs } = this.#options
+    try {
+      return await retryTransient(
+        `${what} for key ${JSON.stringify(this.key)}`,
+        (error) => store.isTransientError(error),
+        () => this.#leaseSentAt + staleAfterMs,
+        attempt,
+        onTransient,
+      )
+    } catch (error) {
+      // Invariant 12: an owner that cannot write its outcome stops renewing, so the claim goes
+      // stale and a retry takes it over.
+      if (isUnavailable(error)) this.#abandon('ONCELY_STORE_UNAVAILABLE')
+      throw error
+    }
+  }
+
+  #holds(row: ClaimSnapshot | null): row is ClaimSnapshot {
+    return row !== null && row.status === 'in_progress' && row.fenceToken === this.#fence.fenceToken
   }
 
   async #renewLease(): Promise<void> {
     if (this.#state !== 'running') return
+    const sentAt = performance.now()
     try {
-      if (!(await this.#options.store.renewLease(this.#fence, this.#options.ttlMs))) {
-        clearInterval(this.#lease)
-        if (this.#state === 'running') this.#state = 'lost'
+      if (await this.#options.store.renewLease(this.#fence, this.#options.ttlMs)) {
+        this.#leaseSentAt = Math.max(this.#leaseSentAt, sentAt)
+      } else if (this.#state === 'running' && !this.#finishing) {
+        this.#end('lost')
       }
     } catch {
       // A failed renewal is retried at the next tick; if the database stays away, the claim goes
@@ -198,11 +398,36 @@ export class Execution<Tx = unknown> {
 
   #lost(): never {
     this.#end('lost')
-    throw new OncelyError('ONCELY_LOCK_LOST', `the claim on key ${JSON.stringify(this.key)} was taken over; this worker may no longer write`)
+    throw new OncelyError(this.#lostCode, LOST_MESSAGES[this.#lostCode as keyof typeof LOST_MESSAGES](this.key))
+  }
+
+  /** Gives the claim up without a write: no more renewals, no more writes from this worker. */
+  #abandon(code: OncelyErrorCode): void {
+    if (this.#state !== 'running') return
+    this.#lostCode = code
+    this.#end('lost')
+  }
+
+  #ended<T>(state: ExecutionState, value: T): T {
+    this.#end(state)
+    return value
   }
 
   #end(state: ExecutionState): void {
     this.#state = state
     clearInterval(this.#lease)
+    clearTimeout(this.#deadline)
   }
 }
+
+function isUnavailable(error: unknown): boolean {
+  return error instanceof OncelyError && error.code === 'ONCELY_STORE_UNAVAILABLE'
+}
+
+const LOST_MESSAGES = {
+  ONCELY_LOCK_LOST: (key: string) => `the claim on key ${JSON.stringify(key)} was taken over; this worker may no longer write`,
+  ONCELY_STORE_UNAVAILABLE: (key: string) =>
+    `the database stayed unavailable past the lease of key ${JSON.stringify(key)}; this worker gave the claim up and a retry takes it over`,
+  ONCELY_HANDLER_DEADLINE_EXCEEDED: (key: string) =>
+    `the handler of key ${JSON.stringify(key)} ran past handlerDeadlineMs; its outcome is abandoned and a retry takes the claim over`,
+} as const

@@ -60,3 +60,8 @@ export function pickQuery(
   }
   return picked
 }
+
+/** Whether a stored fingerprint and a request's fingerprint name the same request. */
+export function fingerprintsMatch(stored: string, incoming: string): boolean {
+  return stored === incoming
+}

@@ -6,13 +6,16 @@ export const MAX_KEY_LENGTH = 255
 /**
  * Validates an `Idempotency-Key` header value: 1 to 255 printable ASCII characters. Also accepts
  * the IETF draft's form, a structured-field string (`"abc"`, with `\"` and `\\` escapes), and
- * reads it as the key inside the quotes, so `"abc"` and `abc` name the same operation.
+ * reads it as the key inside the quotes, so `"abc"` and `abc` name the same operation. An
+ * unquoted value with a comma is refused: Node joins repeated headers with `, ` before anyone
+ * sees them, so `a, b` is two keys sent at once (a quoted key may hold a comma).
  *
  * @example
  * ```ts
  * import { parseIdempotencyKey } from 'oncely'
  * console.assert(parseIdempotencyKey('"8e03978e"').ok)
  * console.assert(!parseIdempotencyKey('').ok)
+ * console.assert(!parseIdempotencyKey('a, b').ok && parseIdempotencyKey('"a, b"').ok)
  * ```
  */
 export function parseIdempotencyKey(header: string | readonly string[] | undefined | null): ParsedKey {
@@ -21,8 +24,10 @@ export function parseIdempotencyKey(header: string | readonly string[] | undefin
     return header.length === 1 ? parseIdempotencyKey(header[0]) : { ok: false, reason: 'the Idempotency-Key header must be sent once' }
   }
   const raw = header.trim()
-  const key = raw.length >= 2 && raw.startsWith('"') && raw.endsWith('"') ? unquote(raw) : raw
-  if (key === undefined) return { ok: false, reason: 'the Idempotency-Key is a malformed quoted string' }
+  const quoted = raw.length >= 2 && raw.startsWith('"') && raw.endsWith('"')
+  const key = quoted ? unquote(raw) : raw
+  if (key === undefined) return { ok: false, reason: 'the Idempotency-Key is a malformed quoted string, or was sent more than once' }
+  if (!quoted && key.includes(',')) return { ok: false, reason: 'the Idempotency-Key must be sent once; an unquoted key may not contain a comma' }
   if (key.length === 0) return { ok: false, reason: 'the Idempotency-Key is empty' }
   if (key.length > MAX_KEY_LENGTH) return { ok: false, reason: `the Idempotency-Key is longer than ${MAX_KEY_LENGTH} characters` }
   if (!/^[\x20-\x7e]+$/.test(key)) return { ok: false, reason: 'the Idempotency-Key must be printable ASCII' }

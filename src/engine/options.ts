@@ -14,14 +14,35 @@ export interface EngineOptions<Tx = unknown> {
   staleAfterMs?: number
   /** How often a running execution renews its lease. Must be below `staleAfterMs`. (Default: a third of `staleAfterMs`) */
   leaseRenewMs?: number
-  /** The `Retry-After` hint, in whole seconds, sent with a 409 for a key still in progress. (Default: 1) */
+  /**
+   * The `Retry-After` hint, in whole seconds, sent with a 409 while the key's owner keeps renewing
+   * its lease. Once the owner has missed a renewal, the hint is the time until the claim can be
+   * taken over instead. (Default: 1)
+   */
   conflictRetryAfterSeconds?: number
+  /**
+   * How long one owner may hold a claim, from the moment it got it. Past it the owner stops
+   * renewing and abandons the handler's outcome (its writes throw
+   * `ONCELY_HANDLER_DEADLINE_EXCEEDED`), so a hung handler cannot hold its key forever: the claim
+   * goes stale and a retry takes it over and resumes it. Never enforced by another worker taking
+   * a live claim. Must be above `leaseRenewMs`. (Default: 600000, 10 minutes)
+   */
+  handlerDeadlineMs?: number
+  /**
+   * How long `begin` keeps retrying a transient database error (a lost connection, a deadlock, a
+   * serialization failure, a lock or statement timeout) before giving up with
+   * `ONCELY_STORE_UNAVAILABLE`. Writes after the claim retry for as long as the lease allows
+   * instead. (Default: 2000)
+   */
+  claimRetryMs?: number
 }
 
 export type ResolvedEngineOptions<Tx = unknown> = Readonly<Required<EngineOptions<Tx>>>
 
 export const DEFAULT_TTL_MS = 86_400_000
 export const DEFAULT_STALE_AFTER_MS = 90_000
+export const DEFAULT_HANDLER_DEADLINE_MS = 600_000
+export const DEFAULT_CLAIM_RETRY_MS = 2000
 
 /** Resolves, validates and freezes the options once, at start-up (style rule 4). */
 export function resolveEngineOptions<Tx>(options: EngineOptions<Tx>): ResolvedEngineOptions<Tx> {
@@ -34,8 +55,14 @@ export function resolveEngineOptions<Tx>(options: EngineOptions<Tx>): ResolvedEn
   const staleAfterMs = positiveInteger('staleAfterMs', options.staleAfterMs ?? DEFAULT_STALE_AFTER_MS)
   const leaseRenewMs = positiveInteger('leaseRenewMs', options.leaseRenewMs ?? Math.max(1, Math.floor(staleAfterMs / 3)))
   if (leaseRenewMs >= staleAfterMs) throw invalid('leaseRenewMs', `must be below staleAfterMs (${staleAfterMs})`, leaseRenewMs)
+  // Invariant 11: a live claim never expires under its owner, so its key must outlive its lease
+  // (leaseRenewMs is below staleAfterMs, so this holds for it too).
+  if (ttlMs <= staleAfterMs) throw invalid('ttlMs', `must be above staleAfterMs (${staleAfterMs})`, ttlMs)
   const conflictRetryAfterSeconds = positiveInteger('conflictRetryAfterSeconds', options.conflictRetryAfterSeconds ?? 1)
-  return Object.freeze({ store, ttlMs, staleAfterMs, leaseRenewMs, conflictRetryAfterSeconds })
+  const handlerDeadlineMs = positiveInteger('handlerDeadlineMs', options.handlerDeadlineMs ?? DEFAULT_HANDLER_DEADLINE_MS)
+  if (handlerDeadlineMs <= leaseRenewMs) throw invalid('handlerDeadlineMs', `must be above leaseRenewMs (${leaseRenewMs})`, handlerDeadlineMs)
+  const claimRetryMs = positiveInteger('claimRetryMs', options.claimRetryMs ?? DEFAULT_CLAIM_RETRY_MS)
+  return Object.freeze({ store, ttlMs, staleAfterMs, leaseRenewMs, conflictRetryAfterSeconds, handlerDeadlineMs, claimRetryMs })
 }
 
 export function positiveInteger(name: string, value: unknown): number {

@@ -1,11 +1,37 @@
-import type { ClaimResult, ClaimState, IdempotencyRequest, StoredResponse } from './types.js'
+import type { ClaimAttempt, ClaimSnapshot, ClaimState, StoredResponse } from './types.js'
 
-/** Timing the store needs to decide staleness and expiry in the database's own clock. */
-export interface ClaimTiming {
-  /** How long a key is remembered. */
+/** One claim statement: insert the key, or report the row that is there. */
+export interface ClaimRequest {
+  scope: string
+  key: string
+  /** The fingerprint to store with a new claim. */
+  fingerprint: string
+  /** How long a new key is remembered. */
   ttlMs: number
-  /** An `in_progress` claim whose lease is older than this may be taken over. */
+  /**
+   * The identity and fence token of the claim, minted by the caller (Invariant 3): after an
+   * ambiguous error the caller recognises its own row by them.
+   */
+  claimId: string
+  fenceToken: string
+}
+
+/** What a take-over needs besides the snapshot it judged. */
+export interface TakeOverInput {
+  /** The new holder's token, minted by the caller. */
+  fenceToken: string
+  /** The staleness the snapshot was judged by; re-checked in the statement. */
   staleAfterMs: number
+  /** The key is remembered at least this long after the take-over. */
+  ttlMs: number
+}
+
+/** What reclaiming an expired, settled key needs besides the snapshot it judged. */
+export interface ReclaimInput {
+  fingerprint: string
+  ttlMs: number
+  claimId: string
+  fenceToken: string
 }
 
 /** The fence every write after the claim carries (Invariant 3). */
@@ -22,29 +48,60 @@ export interface FinalOutcome {
 }
 
 /**
- * The port between the engine and its storage: only what the state machine needs, every method
- * taking the scope. Fenced methods resolve to `false` when the fence token no longer matches,
- * and change nothing then. `Tx` is the store's transaction handle (for PostgreSQL, a
- * `Queryable`); the engine passes it through without looking inside.
+ * The port between the engine and its storage: single statements, no decisions (the engine
+ * decides, `decide.ts`). Every method takes the scope. Fenced methods resolve to `false` when
+ * the fence token no longer matches, and change nothing then. `Tx` is the store's transaction
+ * handle (for PostgreSQL, a `Queryable`); the engine passes it through without looking inside.
+ *
+ * Completion is one idea: one fenced statement, `complete`, run on the store's own connection or
+ * inside a transaction, the caller's (`tx`) or one the store opens (`transaction`), so business
+ * rows and the completion commit together (Invariant 8).
  */
 export interface IdempotencyStore<Tx = unknown> {
-  /** Claims the key, takes over a stale claim, or reports what is there. */
-  claim(request: IdempotencyRequest, timing: ClaimTiming): Promise<ClaimResult>
+  /** Inserts a new claim, or returns a snapshot of the row that is there (Invariant 1). */
+  claim(request: ClaimRequest): Promise<ClaimAttempt>
+  /** Reads the key's row, or null when there is none. */
+  read(scope: string, key: string): Promise<ClaimSnapshot | null>
+  /**
+   * Takes an `in_progress` claim over by a compare-and-swap on the token in `seen` (Invariant 4):
+   * of all callers that saw the same snapshot, one wins; a lease renewed meanwhile matches none.
+   * Re-checks staleness in the database's clock, keeps the claim's identity (so step keys are
+   * the same), marks it interrupted and pushes its expiry to at least `ttlMs` from now.
+   * Resolves to the new holder's state, or null when the claim changed since `seen`. Any
+   * process may call it with a snapshot it read, the reconciler included.
+   */
+  takeOver(seen: ClaimSnapshot, take: TakeOverInput): Promise<ClaimState | null>
+  /**
+   * Resets a completed or failed key past its TTL to a fresh claim with a new identity. Never
+   * matches an `in_progress` claim (Invariant 11). Null when it is no longer expired or settled.
+   */
+  reclaimExpired(seen: ClaimSnapshot, request: ReclaimInput): Promise<ClaimState | null>
   /** Commits one phase's result and moves the recovery point. */
   commitPhase(fence: Fence, phase: string, result: unknown): Promise<boolean>
-  /** Renews the lease (`locked_at`) so a live owner never looks stale. */
+  /** Records an at-most-once step as started, before its function runs. */
+  markStepStarted(fence: Fence, step: string): Promise<boolean>
+  /** Renews the lease (`locked_at`) so a live owner never looks stale, nor expires. */
   renewLease(fence: Fence, ttlMs: number): Promise<boolean>
   /**
-   * Stores the outcome and ends the claim. With `tx`, runs inside the caller's open transaction
-   * so the caller's business writes and the completion commit together (Invariant 8).
+   * Stores the outcome and ends the claim: on the store's connection, or inside `tx` (the
+   * caller's open transaction, or one from `transaction`) so it commits with the business rows.
    */
   complete(fence: Fence, outcome: FinalOutcome, tx?: Tx): Promise<boolean>
-  /** Runs `work` in a transaction on the store's pool, then completes in that same transaction. */
-  completeInTransaction<T>(fence: Fence, work: (tx: Tx) => Promise<{ outcome: FinalOutcome; value: T }>): Promise<{ completed: boolean; value: T }>
-  /** Deletes the claim: nothing happened, the key may be retried as new. */
+  /** Runs `work` inside BEGIN … COMMIT on the store's own connection, rolling back on any error. */
+  transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>
+  /** Deletes a claim nobody can have acted on: the key may be retried as new. */
   release(fence: Fence): Promise<boolean>
-  /** Gives the claim up but keeps its recovery point: the next retry resumes at once. */
-  suspend(fence: Fence): Promise<boolean>
+  /**
+   * Gives the claim up but keeps its recovery point: the next retry takes it over at once. With
+   * `outcomeError`, records why the outcome could not be stored.
+   */
+  suspend(fence: Fence, outcomeError?: string): Promise<boolean>
+  /**
+   * True for an error after which the same statement may be sent again: a lost connection, a
+   * serialization failure, a deadlock, a lock or statement timeout, a server shutting down. Such
+   * an error may hide a commit: the engine recognises its own write before writing again.
+   */
+  isTransientError(error: unknown): boolean
 }
 
 export type { ClaimState }

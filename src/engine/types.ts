@@ -50,14 +50,51 @@ export interface ClaimState {
   recoveryPoint: string | null
   /** Results of committed phases, by phase name. */
   phases: Readonly<Record<string, unknown>>
+  /** At-most-once steps recorded as started; a resumed run skips them. */
+  startedSteps: readonly string[]
+  /**
+   * The claim was taken over or suspended at some time: an earlier owner may have acted on it
+   * (entered a step whose result never committed), so it is never deleted (Invariant 11).
+   */
+  interrupted: boolean
 }
 
 /** How the owner of a key came to own it. */
 export type ClaimKind = 'new' | 'take-over' | 'reclaimed-expired'
 
-/** The store's answer to a claim attempt. */
-export type ClaimResult =
-  | { kind: 'claimed'; how: ClaimKind; claim: ClaimState }
-  | { kind: 'completed'; fingerprint: string; response: StoredResponse }
-  | { kind: 'in-progress'; fingerprint: string; retryAfterMs: number }
-  | { kind: 'mismatch' }
+/**
+ * A key's row as the store read it, with its times measured in the database's clock at the
+ * read. The engine judges it with `decide`; a cache may hold one and judge it by the same tree,
+ * passing the time elapsed since it was read.
+ */
+export interface ClaimSnapshot {
+  scope: string
+  key: string
+  status: 'in_progress' | 'completed' | 'failed'
+  /** The fingerprint stored with the key (as `fingerprintRequest` made it, any version). */
+  fingerprint: string
+  claimId: string
+  /**
+   * The token of the claim's current holder; null while a suspended claim waits for a retry.
+   * On a completed or failed key, the token of the worker that stored the outcome.
+   */
+  fenceToken: string | null
+  recoveryPoint: string | null
+  phases: Readonly<Record<string, unknown>>
+  startedSteps: readonly string[]
+  /** The stored response of a completed or failed key, else null. */
+  response: StoredResponse | null
+  /** Taken over or suspended at some time (see `ClaimState.interrupted`). */
+  interrupted: boolean
+  /** Why the outcome could not be stored, for a claim suspended by that failure; else null. */
+  outcomeError: string | null
+  /** Milliseconds since the claim was created (take-overs keep it). */
+  ageMs: number
+  /** Milliseconds since the lease was last renewed, or null if it never was. */
+  leaseAgeMs: number | null
+  /** Milliseconds until the key expires; zero or less once it has. */
+  expiresInMs: number
+}
+
+/** The store's answer to the claim statement: the row was inserted, or here is what is there. */
+export type ClaimAttempt = { kind: 'inserted'; claim: ClaimState } | { kind: 'existing'; snapshot: ClaimSnapshot }

@@ -1,7 +1,7 @@
 import { DEFAULT_STALE_AFTER_MS, DEFAULT_TTL_MS } from '../index.js'
 
-/** The three ways the service can guard `POST /v1/charges`; only the first is oncely. */
-export const STRATEGIES = ['atomic-phases', 'select-for-update', 'claim-in-transaction'] as const
+/** The ways the service can guard `POST /v1/charges`; only the first is oncely, `none` guards nothing. */
+export const STRATEGIES = ['atomic-phases', 'select-for-update', 'claim-in-transaction', 'none'] as const
 export type StrategyName = (typeof STRATEGIES)[number]
 
 /** Everything the reference service reads from its environment and flags, resolved once. */
@@ -32,6 +32,10 @@ export interface ServiceConfig {
   chaos: boolean
   /** Apply the migrations at start. (Default: true) */
   migrate: boolean
+  /** A claim not renewed for this long is handed to the in-process reconciler; 0 turns it off. (Default: 2 × staleAfterMs) */
+  reconcileAfterMs: number
+  /** Serves `/console` on a non-loopback host, and requires it on any. (Default: none) */
+  consoleToken: string | undefined
 }
 
 /** A bad setting: the service refuses to start and names it. */
@@ -55,6 +59,8 @@ export const ENV = {
   ttlMs: 'IDEMPOTENCY_TTL_MS',
   strategy: 'IDEMPOTENCY_STRATEGY',
   chaos: 'CHAOS',
+  reconcileAfterMs: 'RECONCILE_AFTER_MS',
+  consoleToken: 'CONSOLE_TOKEN',
 } as const
 
 /**
@@ -70,6 +76,7 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
   if (!(STRATEGIES as readonly string[]).includes(strategy)) {
     throw new ConfigError(`${ENV.strategy} must be one of ${STRATEGIES.join(', ')}; got ${JSON.stringify(strategy)}`)
   }
+  const staleAfterMs = integer(ENV.staleAfterMs, read(ENV.staleAfterMs), DEFAULT_STALE_AFTER_MS, { min: 1 })
   const config: ServiceConfig = {
     host: read(ENV.host) ?? '127.0.0.1',
     port: integer(ENV.port, read(ENV.port), 3000, { min: 0, max: 65535 }),
@@ -79,14 +86,20 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
     providerUrl: read(ENV.providerUrl),
     providerPort: integer(ENV.providerPort, read(ENV.providerPort), 3001, { min: 0, max: 65535 }),
     providerLatencyMs: integer(ENV.providerLatencyMs, read(ENV.providerLatencyMs), 0, { min: 0 }),
-    staleAfterMs: integer(ENV.staleAfterMs, read(ENV.staleAfterMs), DEFAULT_STALE_AFTER_MS, { min: 1 }),
+    staleAfterMs,
     ttlMs: integer(ENV.ttlMs, read(ENV.ttlMs), DEFAULT_TTL_MS, { min: 1 }),
     strategy: strategy as StrategyName,
     chaos: flag(ENV.chaos, read(ENV.chaos)),
     migrate: true,
+    reconcileAfterMs: integer(ENV.reconcileAfterMs, read(ENV.reconcileAfterMs), 2 * staleAfterMs, { min: 0 }),
+    consoleToken: read(ENV.consoleToken),
     ...dropUndefined(overrides),
   }
   if (config.providerUrl !== undefined) checkUrl(ENV.providerUrl, config.providerUrl)
+  // A lower threshold would let the reconciler take over a claim whose owner still renews it.
+  if (config.reconcileAfterMs !== 0 && config.reconcileAfterMs < config.staleAfterMs) {
+    throw new ConfigError(`${ENV.reconcileAfterMs} must be 0 or at least ${ENV.staleAfterMs} (${config.staleAfterMs}); got ${config.reconcileAfterMs}`)
+  }
   return Object.freeze(config)
 }
 

@@ -29,7 +29,8 @@ export interface ChargeRequest {
 }
 
 export interface ProviderClient {
-  createCharge(request: ChargeRequest, idempotencyKey: string): Promise<ProviderResult>
+  /** Without `idempotencyKey` the provider cannot dedupe: only the `none` strategy calls it so. */
+  createCharge(request: ChargeRequest, idempotencyKey: string | undefined): Promise<ProviderResult>
 }
 
 export function createProviderClient(baseUrl: string, options: { timeoutMs: number }): ProviderClient {
@@ -41,7 +42,7 @@ export function createProviderClient(baseUrl: string, options: { timeoutMs: numb
       try {
         response = await fetch(endpoint, {
           method: 'POST',
-          headers: { 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
+          headers: idempotencyKey === undefined ? { 'content-type': 'application/json' } : { 'content-type': 'application/json', 'idempotency-key': idempotencyKey },
           body: JSON.stringify(request),
           signal: AbortSignal.timeout(options.timeoutMs),
         })

@@ -3,7 +3,6 @@ import { serve } from '@hono/node-server'
 import pg from 'pg'
 import { collectDefaultMetrics } from 'prom-client'
 import { createEngine } from '../index.js'
-import { createMetrics } from '../ops/metrics.js'
 import { createPostgresStore, migrate, withTransaction, type Queryable } from '../store/postgres/index.js'
 import { createServiceApp } from './app.js'
 import { createChaos } from './chaos.js'
@@ -12,6 +11,7 @@ import { openDatabase, SERVICE_POOL_SETTINGS } from './database.js'
 import { createProviderClient } from './provider-client.js'
 import { startProviderProcess } from './provider-process.js'
 import { createServiceTables } from './sql.js'
+import { createServiceMetrics } from './operations.js'
 
 export interface RunningService {
   /** `http://HOST:PORT` of the API. */
@@ -64,7 +64,7 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
 
     const store = createPostgresStore({ pool, schema: config.schema })
     const engine = createEngine<Queryable>({ store, ttlMs: config.ttlMs, staleAfterMs: config.staleAfterMs })
-    const metrics = createMetrics({ store, staleAfterMs: config.staleAfterMs })
+    const metrics = createServiceMetrics({ pool, store, config, log })
     collectDefaultMetrics({ register: metrics.registry })
     const app = createServiceApp({
       pool,

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import { createClient, isOncelyError, memoryKeyStore, type ClientOptions } from '../../src/client/index.js'
+import { createClient, isOncelyError, memoryKeyStore, processKeyStore, type ClientOptions } from '../../src/client/index.js'
+import { DEFAULT_STALE_AFTER_MS } from '../../src/engine/options.js'
 
 function invalidOptionName(options: unknown): string {
   try {
@@ -18,18 +19,27 @@ describe('client options', () => {
     expect(options).toMatchObject({
       baseUrl: 'http://127.0.0.1:3000/api',
       headers: {},
-      maxAttempts: 5,
+      maxAttempts: Infinity,
       baseDelayMs: 100,
       maxDelayMs: 10_000,
       maxRetryAfterMs: 60_000,
-      deadlineMs: 120_000,
+      deadlineMs: 150_000,
       attemptTimeoutMs: 30_000,
       keyTtlMs: 86_400_000,
       onRetry: undefined,
     })
+    expect(options.keyStore).toBe(processKeyStore())
     expect(Object.isFrozen(options)).toBe(true)
     expect(Object.isFrozen(options.headers)).toBe(true)
     expect(Object.isFrozen(client)).toBe(true)
+  })
+
+  it('the default budget is a deadline that outlasts a crash recovery on a server with default options, not a count', () => {
+    const { options } = createClient({ baseUrl: 'http://127.0.0.1:3000' })
+    // Issue 12 point 6: a claim whose owner died is taken over once stale (90 s by default), which
+    // can be up to one lease renewal (a third of it) after the owner's last renewal.
+    expect(options.deadlineMs).toBeGreaterThanOrEqual(DEFAULT_STALE_AFTER_MS + DEFAULT_STALE_AFTER_MS / 3)
+    expect(options.maxAttempts).toBe(Infinity)
   })
 
   it.each([
@@ -46,10 +56,19 @@ describe('client options', () => {
     ['keyTtlMs', { baseUrl: 'http://x', keyTtlMs: -5 }],
     ['headers', { baseUrl: 'http://x', headers: { 'Idempotency-Key': 'mine' } }],
     ['headers', { baseUrl: 'http://x', headers: { accept: 5 } }],
+    ['headers', { baseUrl: 'http://x', headers: { 'bad name': 'v' } }],
+    ['headers', { baseUrl: 'http://x', headers: { authorization: 'Bearer a\nb' } }],
+    ['baseUrl', { baseUrl: 'http://me:pw@example.com' }],
     ['keyStore', { baseUrl: 'http://x', keyStore: { claim: () => undefined } }],
     ['onRetry', { baseUrl: 'http://x', onRetry: 'log' }],
   ])('a bad %s is refused with its name', (name, options) => {
     expect(invalidOptionName(options)).toContain(name)
+  })
+
+  it('never shows a header value or a URL credential in its message', () => {
+    expect(invalidOptionName({ baseUrl: 'http://x', headers: { authorization: 'Bearer sk_live_1\r\n' } })).not.toContain('sk_live_1')
+    expect(invalidOptionName({ baseUrl: 'http://x', headers: { 'x-api-key': 'sk_live_2\u0100' } })).not.toContain('sk_live_2')
+    expect(invalidOptionName({ baseUrl: 'http://me:sk_live_3@example.com' })).not.toContain('sk_live_3')
   })
 
   it('accepts an unlimited deadline and a key store of its own', () => {

@@ -141,7 +141,7 @@ describe('failures (Invariant 7)', () => {
 
 describe('expiry (Invariant 9)', () => {
   it('an expired key is a new request with a new claim identity, so its step keys are new too', async () => {
-    const { engine } = engineOn(db, { ttlMs: 60_000 })
+    const { engine } = engineOn(db, { ttlMs: 60_000, staleAfterMs: 30_000 })
     const first = owned(await engine.begin({ scope: 'u1', key: 'expired', fingerprint }))
     const firstStepKey = first.stepKey('charge')
     await first.complete(jsonResponse(201, '{"n":1}'))

@@ -44,7 +44,9 @@ describe('round trips per outcome (DESIGN.md cost budget)', () => {
       await tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: ['ch_rt'] })
       return { response: jsonResponse(201, '{"id":"ch_rt"}'), value: undefined }
     })
-    expect(pool.statements).toEqual(['WITH inserted', 'BEGIN', 'INSERT INTO', pool.statements[3], 'COMMIT'])
+    // BEGIN carries the store's SET LOCAL timeouts in the same simple query: one round trip.
+    expect(pool.statements).toEqual(['WITH inserted', pool.statements[1], 'INSERT INTO', pool.statements[3], 'COMMIT'])
+    expect(pool.statements[1]).toMatch(/^BEGIN\b/)
     expect(pool.statements[3]).toMatch(/^UPDATE /)
   })
 

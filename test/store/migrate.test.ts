@@ -1,6 +1,6 @@
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { migrate, migrationSql } from '../../src/store/postgres/index.js'
+import { loadMigrations, migrate, migrationSql } from '../../src/store/postgres/index.js'
 import { isOncelyError } from '../../src/errors.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 
@@ -21,7 +21,7 @@ describe('migrate', () => {
     // Exactly one caller applied each migration; the others found it applied.
     expect(appliedCounts.filter((count) => count > 0)).toHaveLength(1)
     const { rows } = await db.pool.query<{ id: number }>(`SELECT id FROM "Fresh Schema".migrations ORDER BY id`)
-    expect(rows.map((row) => row.id)).toEqual([1])
+    expect(rows.map((row) => row.id)).toEqual((await loadMigrations(schema)).map((migration) => migration.id))
     const tables = await db.pool.query(`SELECT 1 FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'idempotency_key'`, [schema])
     expect(tables.rowCount).toBe(1)
   })

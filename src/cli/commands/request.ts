@@ -1,13 +1,17 @@
 import { parseArgs } from 'node:util'
-import { ClientAbortedError, ClientGaveUpError, createClient, describeAttempt, fileKeyStore, type Attempt, type ClientResponse, type RequestBody } from '../../client/index.js'
+import { ClientAbortedError, ClientGaveUpError, ClientRequestFailedError, createClient, fileKeyStore, type ClientResponse } from '../../client/index.js'
+import { DEFAULT_DEADLINE_MS } from '../../client/options.js'
 import { isOncelyError } from '../../errors.js'
 import { EXIT, UsageError, type Command } from '../command.js'
+import { defaultKeyStoreDirectory } from '../request/default-key-store.js'
+import { explainResponse, logAttempt } from '../request/report.js'
+import { parseTargetUrl } from '../request/target-url.js'
 
 /** Exit codes of `oncely request` (also in its help and in docs/client.md). */
 export const REQUEST_EXIT = {
   /** The final response is 2xx. */
   ok: EXIT.ok,
-  /** Any other failure: the key store failed, a final 1xx/3xx, an unexpected error. */
+  /** Any other failure: the key store failed, a final 1xx/3xx (never followed), a fault that is not a network failure. */
   failure: EXIT.failure,
   usage: EXIT.usage,
   /** Gave up with no final answer: network errors, timeouts, or a last 408/409/425/429. */
@@ -22,49 +26,64 @@ export const REQUEST_EXIT = {
   interrupted: 130,
 } as const
 
-const help = `usage: oncely request METHOD URL [flags]
+function help(): string {
+  return `usage: oncely request METHOD URL [flags]
 
 Sends one HTTP request, like curl, with safe retries: POST and PATCH carry an
 Idempotency-Key, minted once per --operation and kept in a key store before the
 first attempt, so every attempt, and a rerun after a crash, sends the same key.
-GET, HEAD, PUT and DELETE are retried without a key. Retries on network errors,
-timeouts, 5xx, 408, 409, 425 and 429 (after Retry-After); never on another 4xx.
+GET, HEAD, PUT and DELETE are retried without a key. Retries on network failures
+(refused, reset or cut connections, DNS, socket timeouts), attempt timeouts,
+5xx, 408, 409, 425 and 429 (after Retry-After); never on another 4xx. A 3xx is
+returned, never followed.
 
-The final response body goes to stdout; one line per attempt goes to stderr.
+The final response body goes to stdout; one line per attempt goes to stderr,
+and a line saying so when the answer is a replay of a stored response.
 
 flags:
   --operation ID            name of the logical operation (such as order-42:charge);
                             without it the key lives only as long as this run
-  --data BODY               request body; valid JSON is sent as JSON, else as text
+  --data BODY               request body, sent exactly as typed: as application/json
+                            when it is valid JSON (unless --header sets a content
+                            type), else as text/plain
   --header 'NAME: VALUE'    a request header; repeatable
-  --key-store DIR           directory of the file key store (default: .oncely/keys)
-  --max-attempts N          attempts, the first included (default: 5)
-  --deadline-ms N           time for the whole call, waits included (default: 120000)
+  --key-store DIR           directory of the file key store, one per user
+                            (default: ${defaultKeyStoreDirectory()},
+                            from $XDG_STATE_HOME, else ~/.local/state)
+  --max-attempts N          attempts, the first included (default: no limit)
+  --deadline-ms N           time for the whole call, key store and waits included
+                            (default: ${DEFAULT_DEADLINE_MS}: outlasts a crash recovery on the server)
   --attempt-timeout-ms N    time for one attempt (default: 30000)
   --base-delay-ms N         first backoff ceiling, doubled per retry (default: 100)
   --max-retry-after-ms N    longest Retry-After honoured (default: 60000)
 
 exit codes:
   0    the final response is 2xx
-  1    another failure: the key store failed, a final 1xx or 3xx, an unexpected error
+  1    another failure: the key store failed, a final 1xx or 3xx (redirects are
+       not followed), a fault that is not a network failure (not retried)
   2    bad usage
-  3    gave up: attempts or deadline used up on network errors, timeouts,
+  3    gave up: attempts or deadline used up on network failures, timeouts,
        or a last 408, 409, 425 or 429
   4    the final response is a 4xx that is not retried (400, 401, 404, 422...)
   5    gave up on a server error: the last attempt answered 5xx
   6    the operation was first used for a different request; nothing was sent
   130  interrupted (SIGINT); the key stays, rerun with the same --operation
 
+Header values and query values are never printed.
+
 example:
   oncely request POST http://127.0.0.1:3000/v1/charges --operation order-42:charge \\
     --data '{"amount":1000,"currency":"usd","customer":"cus_42"}' \\
     --header 'authorization: Bearer demo_42'
 `
+}
 
 export const command: Command = {
   name: 'request',
   summary: 'send a request with a persisted key and safe retries',
-  help,
+  get help() {
+    return help()
+  },
   async run(argv) {
     const { values, positionals } = parseArgs({
       args: argv,
@@ -85,12 +104,8 @@ export const command: Command = {
     const [method, target, ...extra] = positionals
     if (method === undefined || target === undefined) throw new UsageError('METHOD and URL are required')
     if (extra.length > 0) throw new UsageError(`unexpected argument '${extra[0]}'`)
-    let url: URL
-    try {
-      url = new URL(target)
-    } catch {
-      throw new UsageError(`'${target}' is not a URL`)
-    }
+    const url = parseTargetUrl(target)
+    const headers = parseHeaders(values.header ?? [])
 
     const controller = new AbortController()
     const onSigint = (): void => controller.abort(new Error('interrupted'))
@@ -99,8 +114,8 @@ export const command: Command = {
       const client = await usageOnInvalid(() =>
         createClient({
           baseUrl: url.origin,
-          keyStore: fileKeyStore(values['key-store'] ?? '.oncely/keys'),
-          headers: parseHeaders(values.header ?? []),
+          keyStore: fileKeyStore(values['key-store'] ?? defaultKeyStoreDirectory()),
+          headers,
           ...numberFlag('maxAttempts', '--max-attempts', values['max-attempts']),
           ...numberFlag('deadlineMs', '--deadline-ms', values['deadline-ms']),
           ...numberFlag('attemptTimeoutMs', '--attempt-timeout-ms', values['attempt-timeout-ms']),
@@ -109,11 +124,12 @@ export const command: Command = {
           onRetry: ({ attempt, delayMs }) => logAttempt(attempt, `; retrying in ${Math.round(delayMs)} ms`),
         }),
       )
-      const body = values.data === undefined ? {} : { body: parseBody(values.data) }
+      const body = values.data === undefined ? {} : { body: values.data, headers: dataContentType(values.data, headers) }
       const operation = values.operation === undefined ? {} : { operationId: values.operation }
       const response = await usageOnInvalid(() => client.request(method, url.pathname + url.search, { ...body, ...operation, signal: controller.signal }))
       const last = response.attempts.at(-1)
       if (last) logAttempt(last, '')
+      explainResponse(response, url)
       writeBody(response)
       if (operation.operationId !== undefined) await pruneQuietly(() => client.prune())
       if (response.ok) return REQUEST_EXIT.ok
@@ -135,12 +151,19 @@ export const command: Command = {
         process.stderr.write(`oncely request: ${plain(error.message)}\n`)
         return REQUEST_EXIT.operationMismatch
       }
+      if (error instanceof ClientRequestFailedError) {
+        process.stderr.write(`oncely request: ${plain(error.message)}\n`)
+        return REQUEST_EXIT.failure
+      }
       if (isOncelyError(error, 'ONCELY_KEY_STORE_FAILED')) {
         const cause = error.cause instanceof Error ? `: ${error.cause.message}` : ''
         process.stderr.write(`oncely request: ${plain(error.message)}${cause}\n`)
         return REQUEST_EXIT.failure
       }
-      throw error
+      if (error instanceof UsageError) throw error
+      // Anything else is reported in one line, not a stack: its message may be all the user needs.
+      process.stderr.write(`oncely request: ${error instanceof Error ? plain(error.message) : String(error)}\n`)
+      return REQUEST_EXIT.failure
     } finally {
       process.removeListener('SIGINT', onSigint)
     }
@@ -155,11 +178,6 @@ async function usageOnInvalid<T>(make: () => T | Promise<T>): Promise<T> {
     if (isOncelyError(error, 'ONCELY_INVALID_OPTION')) throw new UsageError(plain(error.message))
     throw error
   }
-}
-
-function logAttempt(attempt: Attempt, suffix: string): void {
-  const key = attempt.key === undefined ? '' : ` (Idempotency-Key ${attempt.key})`
-  process.stderr.write(`oncely request: ${describeAttempt(attempt)}${key}${suffix}\n`)
 }
 
 function writeBody(response: ClientResponse): void {
@@ -177,20 +195,27 @@ async function pruneQuietly(prune: () => Promise<number>): Promise<void> {
 
 function parseHeaders(lines: readonly string[]): Record<string, string> {
   const headers: Record<string, string> = {}
-  for (const line of lines) {
+  for (const [index, line] of lines.entries()) {
     const colon = line.indexOf(':')
-    if (colon <= 0) throw new UsageError(`--header '${line}' must look like 'NAME: VALUE'`)
+    // Never echo the line: a mistyped `Authorization Bearer …` holds the secret.
+    if (colon <= 0) throw new UsageError(`--header number ${index + 1} must look like 'NAME: VALUE' (it is not shown: it may hold a secret)`)
     headers[line.slice(0, colon).trim()] = line.slice(colon + 1).trim()
   }
   return headers
 }
 
-function parseBody(data: string): RequestBody {
+/**
+ * `--data` is sent byte for byte as typed; valid JSON goes as `application/json` (the client
+ * then fingerprints its canonical parse), unless a --header names the content type.
+ */
+function dataContentType(data: string, headers: Record<string, string>): Record<string, string> {
+  if (Object.keys(headers).some((name) => name.toLowerCase() === 'content-type')) return {}
   try {
-    return JSON.parse(data) as RequestBody
+    JSON.parse(data)
   } catch {
-    return data
+    return {}
   }
+  return { 'content-type': 'application/json' }
 }
 
 function numberFlag<K extends string>(option: K, flag: string, value: string | undefined): { [P in K]?: number } {

@@ -24,7 +24,8 @@ flags (each overrides the environment variable named after it):
   --ttl-ms N                  IDEMPOTENCY_TTL_MS          (default: 86400000)
   --strategy NAME             IDEMPOTENCY_STRATEGY: atomic-phases (default),
                               select-for-update or claim-in-transaction (the
-                              article's broken designs, never for production)
+                              article's broken designs, never for production),
+                              none (no idempotency: the benchmarks' baseline)
   --chaos                     CHAOS=1: honour X-Chaos-Crash: after-claim|after-provider
   --no-migrate                do not apply the migrations at start
 

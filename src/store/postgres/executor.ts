@@ -8,6 +8,11 @@ export interface QueryConfig {
   values?: unknown[]
   /** Statement name: when set, `pg` prepares it once per connection and reuses the plan. */
   name?: string
+  /**
+   * Milliseconds after which `pg` stops waiting for the answer and rejects (its own option, which
+   * other drivers ignore). The store sets it on its own statements so no request hangs.
+   */
+  query_timeout?: number
 }
 
 export interface QueryResult<R> {

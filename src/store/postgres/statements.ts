@@ -6,36 +6,41 @@
  */
 import type { QueryConfig } from './executor.js'
 
-/** Columns the claim statement returns, for every outcome. */
-export interface ClaimRow {
-  /** 'claimed' when this statement inserted the row, else 'existing'. */
-  outcome: 'claimed' | 'existing'
+/** Columns of a key's row, as the claim and read statements return them. */
+export interface KeyRow {
   status: 'in_progress' | 'completed' | 'failed'
   request_hash: string
   claim_id: string
   lock_token: string | null
   recovery_point: string | null
   phase_data: Record<string, unknown>
+  started_steps: string[]
   response_status: number | null
   response_headers: Array<[string, string]> | null
   response_body: Buffer | null
-  /** The lease is older than the stale threshold, or the claim was suspended. */
-  stale: boolean
-  /** The key outlived its TTL: it is a new key. */
-  expired: boolean
-  /** Milliseconds until the lease would be stale (0 when it is). */
-  stale_in_ms: number
+  interrupted: boolean
+  outcome_error: string | null
+  /** Milliseconds since created_at, in the database's clock. */
+  age_ms: number
+  /** Milliseconds since locked_at, or null. */
+  lease_age_ms: number | null
+  /** Milliseconds until expires_at (negative once past). */
+  expires_in_ms: number
 }
 
-export interface TakeOverRow {
+/** The claim statement's row: inserted by this statement, or the one that was there. */
+export interface ClaimRow extends KeyRow {
+  outcome: 'claimed' | 'existing'
+}
+
+/** What a take-over or a reclaim returns: the new holder's state. */
+export interface HeldRow {
+  claim_id: string
   lock_token: string
   recovery_point: string | null
   phase_data: Record<string, unknown>
-}
-
-export interface ReclaimRow {
-  claim_id: string
-  lock_token: string
+  started_steps: string[]
+  interrupted: boolean
 }
 
 /** A statement bound to one schema; `values` are filled in at the call. */
@@ -43,15 +48,20 @@ export type Statement = Required<Pick<QueryConfig, 'text'>> & { name: string | u
 
 export interface Statements {
   claim: Statement
+  readKey: Statement
   takeOver: Statement
   reclaimExpired: Statement
   commitPhase: Statement
+  markStepStarted: Statement
   renewLease: Statement
   complete: Statement
   release: Statement
   suspend: Statement
   sweepExpired: Statement
   countStaleClaims: Statement
+  countClaimsOlderThan: Statement
+  /** Opens the store's own transactions with its timeouts: $-free, sent as one simple query. */
+  begin(statementTimeoutMs: number, lockTimeoutMs: number): string
 }
 
 const ttl = (param: string) => `${param}::bigint * interval '1 millisecond'`
@@ -63,59 +73,71 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     name: namePrefix === undefined ? undefined : `${namePrefix}_${name}`,
     text,
   })
+  // The row's columns with its times measured in the database's clock, for a snapshot.
+  const snapshot = (k: string) => `${k}.status, ${k}.request_hash, ${k}.claim_id::text, ${k}.lock_token::text,
+      ${k}.recovery_point, ${k}.phase_data, ${k}.started_steps, ${k}.response_status, ${k}.response_headers,
+      ${k}.response_body, ${k}.interrupted, ${k}.outcome_error,
+      ${millisSince(`${k}.created_at`)} AS age_ms, ${millisSince(`${k}.locked_at`)} AS lease_age_ms,
+      -${millisSince(`${k}.expires_at`)} AS expires_in_ms`
+  const held = 'claim_id::text, lock_token::text, recovery_point, phase_data, started_steps, interrupted'
+  // A write that waited longer than this for a lock does nothing: its caller has given up on
+  // it (lockTimeoutMs), and must not find a claim it never got back. $n is the timeout in ms.
+  const notLate = (param: string) => `clock_timestamp() < statement_timestamp() + ${ttl(param)}`
   return {
     // Invariant 1: one statement decides ownership. $1 scope, $2 key, $3 fingerprint, $4 ttl ms,
-    // $5 stale ms. If the INSERT loses to a row committed after this statement's snapshot, both
-    // branches return nothing and the store runs it once more.
+    // $5 claim id, $6 fence token (both minted by the caller, so it recognises its own row after
+    // an ambiguous error), $7 lock timeout ms. If the INSERT loses to a row committed after this
+    // statement's snapshot, both branches return nothing and the store runs it once more.
     claim: named(
       'claim',
       `WITH inserted AS (
-        INSERT INTO ${table} (user_id, key, request_hash, status, claim_id, lock_token, locked_at, expires_at)
-        VALUES ($1, $2, $3, 'in_progress', gen_random_uuid(), gen_random_uuid(), now(), now() + ${ttl('$4')})
+        INSERT INTO ${table} AS k (user_id, key, request_hash, status, claim_id, lock_token, locked_at, expires_at)
+        SELECT $1, $2, $3, 'in_progress', $5::uuid, $6::uuid, now(), now() + ${ttl('$4')}
+         WHERE ${notLate('$7')}
         ON CONFLICT (user_id, key) DO NOTHING
-        RETURNING status, request_hash, claim_id, lock_token, recovery_point, phase_data
+        RETURNING ${snapshot('k')}
       )
-      SELECT 'claimed' AS outcome, status, request_hash, claim_id::text, lock_token::text, recovery_point,
-             phase_data, NULL::integer AS response_status, NULL::jsonb AS response_headers,
-             NULL::bytea AS response_body, false AS stale, false AS expired, 0 AS stale_in_ms
-        FROM inserted
+      SELECT 'claimed' AS outcome, * FROM inserted
       UNION ALL
-      SELECT 'existing', k.status, k.request_hash, k.claim_id::text, k.lock_token::text, k.recovery_point,
-             k.phase_data, k.response_status, k.response_headers, k.response_body,
-             k.status = 'in_progress' AND (k.lock_token IS NULL OR k.locked_at <= now() - ${ttl('$5')}),
-             k.expires_at <= now(),
-             GREATEST(0, CEIL(EXTRACT(EPOCH FROM (k.locked_at + ${ttl('$5')} - now())) * 1000))::integer
+      SELECT 'existing', ${snapshot('k')}
         FROM ${table} k
        WHERE k.user_id = $1 AND k.key = $2 AND NOT EXISTS (SELECT 1 FROM inserted)`,
     ),
-    // Invariant 4: one taker. A compare-and-swap on the token the caller saw, re-checking
-    // staleness: of all retries that saw the same stale claim, one matches; a lease renewed
-    // meanwhile matches none. $1 scope, $2 key, $3 claim id, $4 seen token (NULL if suspended),
-    // $5 fingerprint, $6 stale ms.
+    // $1 scope, $2 key.
+    readKey: named('read_key', `SELECT ${snapshot('k')} FROM ${table} k WHERE k.user_id = $1 AND k.key = $2`),
+    // Invariant 4: one taker. A compare-and-swap on the claim and token the caller saw,
+    // re-checking staleness: of all callers that saw the same snapshot, one matches; a lease
+    // renewed meanwhile matches none. Invariant 11: whatever its age, the claim keeps its
+    // identity and is pushed past its TTL, so no concurrent retry sees it expired. $1 scope,
+    // $2 key, $3 claim id, $4 seen token (NULL if suspended), $5 stale ms, $6 new token, $7 ttl
+    // ms, $8 lock timeout ms.
     takeOver: named(
       'take_over',
       `UPDATE ${table}
-          SET lock_token = gen_random_uuid(), locked_at = now(), updated_at = now()
+          SET lock_token = $6::uuid, locked_at = now(), interrupted = true, updated_at = now(),
+              expires_at = GREATEST(expires_at, now() + ${ttl('$7')})
         WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress'
-          AND lock_token IS NOT DISTINCT FROM $4::uuid AND request_hash = $5
-          AND (lock_token IS NULL OR locked_at <= now() - ${ttl('$6')})
-          AND expires_at > now()
-      RETURNING lock_token::text, recovery_point, phase_data`,
+          AND lock_token IS NOT DISTINCT FROM $4::uuid
+          AND (lock_token IS NULL OR locked_at <= now() - ${ttl('$5')})
+          AND ${notLate('$8')}
+      RETURNING ${held}`,
     ),
-    // An expired key is a new request (Invariant 9): the row is reset to a fresh claim with a new
-    // identity, so step keys derived from it are new at the provider too. Re-checks expiry, so of
-    // concurrent reclaimers one wins, and a row the sweeper deleted meanwhile matches nothing.
-    // $1 scope, $2 key, $3 fingerprint, $4 ttl ms.
+    // An expired, settled key is a new request (Invariant 9): the row is reset to a fresh claim
+    // with a new identity, so step keys derived from it are new at the provider too. Never an
+    // `in_progress` claim (Invariant 11). A compare-and-swap on the identity seen, re-checking
+    // expiry, so of concurrent reclaimers one wins. $1 scope, $2 key, $3 seen claim id,
+    // $4 fingerprint, $5 ttl ms, $6 new claim id, $7 new token, $8 lock timeout ms.
     reclaimExpired: named(
       'reclaim_expired',
       `UPDATE ${table}
-          SET request_hash = $3, status = 'in_progress', claim_id = gen_random_uuid(),
-              lock_token = gen_random_uuid(), locked_at = now(), recovery_point = NULL,
-              phase_data = '{}'::jsonb, response_status = NULL, response_headers = NULL,
-              response_body = NULL, created_at = now(), updated_at = now(),
-              expires_at = now() + ${ttl('$4')}
-        WHERE user_id = $1 AND key = $2 AND expires_at <= now()
-      RETURNING claim_id::text, lock_token::text`,
+          SET request_hash = $4, status = 'in_progress', claim_id = $6::uuid,
+              lock_token = $7::uuid, locked_at = now(), recovery_point = NULL,
+              phase_data = '{}'::jsonb, started_steps = '{}', interrupted = false, outcome_error = NULL,
+              response_status = NULL, response_headers = NULL, response_body = NULL,
+              created_at = now(), updated_at = now(), expires_at = now() + ${ttl('$5')}
+        WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status <> 'in_progress'
+          AND expires_at <= now() AND ${notLate('$8')}
+      RETURNING ${held}`,
     ),
     // Invariant 3 for every statement below: it matches only while the writer's token does.
     // $1 scope, $2 key, $3 token, $4 phase, $5 result as JSON text.
@@ -126,6 +148,13 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
               locked_at = now(), updated_at = now()
         WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
     ),
+    // Issue 9: an at-most-once step is recorded before its function runs. $4 step.
+    markStepStarted: named(
+      'mark_step_started',
+      `UPDATE ${table}
+          SET started_steps = array_append(started_steps, $4::text), locked_at = now(), updated_at = now()
+        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
+    ),
     // $1 scope, $2 key, $3 token, $4 ttl ms: a live claim never expires under its owner.
     renewLease: named(
       'renew_lease',
@@ -134,39 +163,43 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
         WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
     ),
     // $1 scope, $2 key, $3 token, $4 status, $5 response status, $6 headers JSON, $7 body bytes.
+    // The token stays on the settled row (no fenced statement matches a settled row), so a worker
+    // whose answer was lost recognises its own completion when it reads the row back.
     complete: named(
       'complete',
       `UPDATE ${table}
           SET status = $4, response_status = $5, response_headers = $6::jsonb, response_body = $7,
-              lock_token = NULL, locked_at = NULL, updated_at = now()
+              locked_at = NULL, outcome_error = NULL, updated_at = now()
         WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
     ),
-    // $1 scope, $2 key, $3 token.
+    // $1 scope, $2 key, $3 token. Invariant 11: an interrupted claim is never deleted.
     release: named(
       'release',
       `DELETE FROM ${table}
-        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
+        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress' AND NOT interrupted`,
     ),
-    // Keeps locked_at, so a suspended claim nobody retries still shows as stuck.
+    // Keeps locked_at, so a suspended claim nobody retries still shows as stuck. $4 the error that
+    // kept the outcome from being stored, or NULL.
     suspend: named(
       'suspend',
       `UPDATE ${table}
-          SET lock_token = NULL, updated_at = now()
+          SET lock_token = NULL, interrupted = true, outcome_error = $4, updated_at = now()
         WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
     ),
     // Invariant 9: a small batch, skipping rows another transaction holds, and the expiry checked
-    // again on the locked row so a key being reclaimed is never deleted. $1 batch size.
+    // again on the locked row so a key being reclaimed is never deleted. Invariant 11: only
+    // settled keys; a running claim past its TTL is the reconciler's. $1 batch size.
     sweepExpired: named(
       'sweep_expired',
       `WITH batch AS (
          SELECT user_id, key FROM ${table}
-          WHERE expires_at <= now()
+          WHERE expires_at <= now() AND status <> 'in_progress'
           ORDER BY expires_at
           LIMIT $1
           FOR UPDATE SKIP LOCKED
        )
        DELETE FROM ${table} k USING batch b
-        WHERE k.user_id = b.user_id AND k.key = b.key AND k.expires_at <= now()`,
+        WHERE k.user_id = b.user_id AND k.key = b.key AND k.expires_at <= now() AND k.status <> 'in_progress'`,
     ),
     // $1 stale ms. Running claims whose lease is older than the threshold: the operations stuck now.
     countStaleClaims: named(
@@ -174,5 +207,20 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
       `SELECT count(*)::integer AS count FROM ${table}
         WHERE status = 'in_progress' AND locked_at <= now() - ${ttl('$1')}`,
     ),
+    // $1 age ms. Running claims created longer ago than this, renewed or not: a hung handler
+    // keeps its lease fresh but still ages (issue 8, path 13).
+    countClaimsOlderThan: named(
+      'count_claims_older_than',
+      `SELECT count(*)::integer AS count FROM ${table}
+        WHERE status = 'in_progress' AND created_at <= now() - ${ttl('$1')}`,
+    ),
+    // Issue 8: the store's own transactions never wait forever behind a lock. Both values are
+    // integers validated at start-up; SET takes no bound parameters.
+    begin: (statementTimeoutMs, lockTimeoutMs) =>
+      `BEGIN; SET LOCAL statement_timeout = ${Math.trunc(statementTimeoutMs)}; SET LOCAL lock_timeout = ${Math.trunc(lockTimeoutMs)}`,
   }
+}
+
+function millisSince(column: string): string {
+  return `(EXTRACT(EPOCH FROM (now() - ${column})) * 1000)::double precision`
 }

@@ -1,10 +1,13 @@
 import { createHash } from 'node:crypto'
 import { OncelyError } from '../../errors.js'
-import type { ClaimTiming, Fence, FinalOutcome, IdempotencyStore } from '../../engine/store.js'
-import type { ClaimResult, IdempotencyRequest, StoredResponse } from '../../engine/types.js'
-import { withTransaction, type PoolLike, type Queryable } from './executor.js'
+import type { ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, TakeOverInput } from '../../engine/store.js'
+import type { ClaimAttempt, ClaimSnapshot, ClaimState } from '../../engine/types.js'
+import type { PoolLike, Queryable } from './executor.js'
+import { claimOf, snapshotOf } from './key-rows.js'
+import { isTransientPgError } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
-import { buildStatements, type ClaimRow, type ReclaimRow, type Statement, type Statements, type TakeOverRow } from './statements.js'
+import { bind, send, transaction } from './statement-runner.js'
+import { buildStatements, type ClaimRow, type HeldRow, type KeyRow, type Statement } from './statements.js'
 
 export interface PostgresStoreOptions {
   /** The pool the store runs on: `pg`'s Pool, or anything with `query` and `connect`. */
@@ -16,19 +19,40 @@ export interface PostgresStoreOptions {
    * mode, where a prepared statement may not exist on the next server connection. (Default: true)
    */
   preparedStatements?: boolean
+  /**
+   * How long the store waits for any one of its statements (a connection included) before it
+   * gives up with `ONCELY_STORE_UNAVAILABLE`, which the engine retries within its limits; also
+   * the `statement_timeout` of the store's own transactions. Not applied inside a transaction you
+   * pass as `tx`: that one runs under your settings. (Default: 5000)
+   */
+  statementTimeoutMs?: number
+  /**
+   * How long a claim, take-over or reclaim may wait for a lock (a table locked by a migration, a
+   * row held by a long transaction): past it the statement writes nothing, so a request given up
+   * on never leaves a claim behind. Also the `lock_timeout` of the store's own transactions.
+   * Must be below `statementTimeoutMs`. (Default: 2000)
+   */
+  lockTimeoutMs?: number
 }
 
 /** The PostgreSQL store, with the statements it runs exposed for operations tooling. */
 export interface PostgresStore extends IdempotencyStore<Queryable> {
   readonly schema: string
-  /** Deletes up to `batchSize` expired keys; resolves to how many it deleted. */
+  /** Deletes up to `batchSize` expired completed or failed keys; resolves to how many it deleted. */
   sweepExpired(batchSize: number): Promise<number>
   /** Counts `in_progress` claims whose lease is older than `staleAfterMs`. */
   countStaleClaims(staleAfterMs: number): Promise<number>
+  /** Counts `in_progress` claims created more than `ageMs` ago, their lease fresh or not. */
+  countClaimsOlderThan(ageMs: number): Promise<number>
 }
 
+export const DEFAULT_STATEMENT_TIMEOUT_MS = 5000
+export const DEFAULT_LOCK_TIMEOUT_MS = 2000
+const CLAIM_ATTEMPTS = 5
+
 /**
- * The engine's store on PostgreSQL. Every statement lives in `statements.ts`.
+ * The engine's store on PostgreSQL: single statements, every one in `statements.ts`; the
+ * decisions are the engine's.
  *
  * @example
  * ```ts
@@ -45,14 +69,66 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
   }
   const schema = options.schema ?? DEFAULT_SCHEMA
   const quoted = quoteSchema(schema)
+  const timeoutMs = timeoutOption('statementTimeoutMs', options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS)
+  const lockTimeoutMs = timeoutOption('lockTimeoutMs', options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS)
+  if (lockTimeoutMs >= timeoutMs) {
+    throw new OncelyError('ONCELY_INVALID_OPTION', `option lockTimeoutMs (${lockTimeoutMs}) must be below statementTimeoutMs (${timeoutMs})`)
+  }
   const prefix = options.preparedStatements === false ? undefined : `oncely_${createHash('sha256').update(quoted).digest('hex').slice(0, 8)}`
   const sql = buildStatements(quoted, prefix)
+  const begin = sql.begin(timeoutMs, lockTimeoutMs)
   const pool = options.pool
+
+  const run = <R>(db: Queryable, statement: Statement, values: unknown[]) =>
+    // The caller's own transaction keeps its own settings: no client-side timeout there.
+    send<R>(db, bind(statement, values, db === pool ? timeoutMs : undefined), timeoutMs, statement.name ?? 'a statement')
+  const fenced = async (db: Queryable, statement: Statement, fence: Fence, rest: unknown[]) => {
+    const result = await run(db, statement, [fence.scope, fence.key, fence.fenceToken, ...rest])
+    return (result.rowCount ?? 0) === 1
+  }
+  const held = async (scope: string, key: string, statement: Statement, values: unknown[]): Promise<ClaimState | null> => {
+    const { rows } = await run<HeldRow>(pool, statement, values)
+    return rows[0] ? claimOf(scope, key, rows[0]) : null
+  }
+
   return Object.freeze({
     schema,
-    claim: (request: IdempotencyRequest, timing: ClaimTiming) => claim(pool, sql, request, timing),
+    /**
+     * One round trip decides (Invariant 1). A second happens only when the insert lost a race to
+     * a row committed after the statement's snapshot (then neither branch sees a row).
+     */
+    async claim(request: ClaimRequest): Promise<ClaimAttempt> {
+      const { scope, key } = request
+      const values = [scope, key, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs]
+      for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
+        const startedAt = performance.now()
+        const { rows } = await run<ClaimRow>(pool, sql.claim, values)
+        const row = rows[0]
+        if (row?.outcome === 'claimed') return { kind: 'inserted', claim: claimOf(scope, key, { ...row, lock_token: request.fenceToken }) }
+        if (row) return { kind: 'existing', snapshot: snapshotOf(scope, key, row) }
+        if (performance.now() - startedAt >= lockTimeoutMs) {
+          throw new OncelyError('ONCELY_STORE_UNAVAILABLE', `the claim of key ${JSON.stringify(key)} waited longer than lockTimeoutMs (${lockTimeoutMs}) for a lock`)
+        }
+      }
+      throw new OncelyError('ONCELY_STORE_UNEXPECTED', `claim of key ${JSON.stringify(key)} found no row after ${CLAIM_ATTEMPTS} attempts`)
+    },
+    async read(scope: string, key: string): Promise<ClaimSnapshot | null> {
+      const { rows } = await run<KeyRow>(pool, sql.readKey, [scope, key])
+      return rows[0] ? snapshotOf(scope, key, rows[0]) : null
+    },
+    async takeOver(seen: ClaimSnapshot, take: TakeOverInput): Promise<ClaimState | null> {
+      const values = [seen.scope, seen.key, seen.claimId, seen.fenceToken, take.staleAfterMs, take.fenceToken, take.ttlMs, lockTimeoutMs]
+      return held(seen.scope, seen.key, sql.takeOver, values)
+    },
+    async reclaimExpired(seen: ClaimSnapshot, request: ReclaimInput): Promise<ClaimState | null> {
+      const values = [seen.scope, seen.key, seen.claimId, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs]
+      return held(seen.scope, seen.key, sql.reclaimExpired, values)
+    },
     async commitPhase(fence: Fence, phase: string, result: unknown) {
       return fenced(pool, sql.commitPhase, fence, [phase, JSON.stringify(result ?? null)])
+    },
+    async markStepStarted(fence: Fence, step: string) {
+      return fenced(pool, sql.markStepStarted, fence, [step])
     },
     async renewLease(fence: Fence, ttlMs: number) {
       return fenced(pool, sql.renewLease, fence, [ttlMs])
@@ -60,102 +136,42 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     async complete(fence: Fence, outcome: FinalOutcome, tx?: Queryable) {
       return fenced(tx ?? pool, sql.complete, fence, completionValues(outcome))
     },
-    async completeInTransaction<T>(fence: Fence, work: (tx: Queryable) => Promise<{ outcome: FinalOutcome; value: T }>) {
-      return withTransaction(pool, async (tx) => {
-        const { outcome, value } = await work(tx)
-        if (!(await fenced(tx, sql.complete, fence, completionValues(outcome)))) {
-          // Invariant 3: the business writes of a worker that lost its claim must not land.
-          throw new LockLostSignal()
-        }
-        return { completed: true, value }
-      }).catch((error: unknown) => {
-        if (error instanceof LockLostSignal) return { completed: false, value: undefined as T }
-        throw error
-      })
+    async transaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T> {
+      return transaction(pool, begin, timeoutMs, work)
     },
     async release(fence: Fence) {
       return fenced(pool, sql.release, fence, [])
     },
-    async suspend(fence: Fence) {
-      return fenced(pool, sql.suspend, fence, [])
+    async suspend(fence: Fence, outcomeError?: string) {
+      return fenced(pool, sql.suspend, fence, [outcomeError ?? null])
+    },
+    isTransientError(error: unknown): boolean {
+      return (error instanceof OncelyError && error.code === 'ONCELY_STORE_UNAVAILABLE') || isTransientPgError(error)
     },
     async sweepExpired(batchSize: number) {
-      const result = await pool.query(bind(sql.sweepExpired, [batchSize]))
+      const result = await run(pool, sql.sweepExpired, [batchSize])
       return result.rowCount ?? 0
     },
     async countStaleClaims(staleAfterMs: number) {
-      const result = await pool.query<{ count: number }>(bind(sql.countStaleClaims, [staleAfterMs]))
+      const result = await run<{ count: number }>(pool, sql.countStaleClaims, [staleAfterMs])
+      return result.rows[0]?.count ?? 0
+    },
+    async countClaimsOlderThan(ageMs: number) {
+      const result = await run<{ count: number }>(pool, sql.countClaimsOlderThan, [ageMs])
       return result.rows[0]?.count ?? 0
     },
   })
 }
 
-/** Thrown inside the completion transaction to roll it back when the fence fails. */
-class LockLostSignal extends Error {}
-
-function bind(statement: Statement, values: unknown[]) {
-  return statement.name === undefined ? { text: statement.text, values } : { name: statement.name, text: statement.text, values }
-}
-
-async function fenced(db: Queryable, statement: Statement, fence: Fence, rest: unknown[]): Promise<boolean> {
-  const result = await db.query(bind(statement, [fence.scope, fence.key, fence.fenceToken, ...rest]))
-  return (result.rowCount ?? 0) === 1
+function timeoutOption(name: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
+    throw new OncelyError('ONCELY_INVALID_OPTION', `option ${name} must be a positive integer; got ${String(value)}`)
+  }
+  return value
 }
 
 function completionValues(outcome: FinalOutcome): unknown[] {
   const { response } = outcome
   const body = Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength)
   return [outcome.status, response.status, JSON.stringify(response.headers), body]
-}
-
-/**
- * One round trip decides (Invariant 1). A second happens only to take over a stale claim, to
- * reclaim an expired key, or when the insert lost a race to a row committed after the
- * statement's snapshot (then neither branch of the statement sees a row).
- */
-async function claim(pool: Queryable, sql: Statements, request: IdempotencyRequest, timing: ClaimTiming): Promise<ClaimResult> {
-  const { scope, key, fingerprint } = request
-  for (let attempt = 0; attempt < 5; attempt++) {
-    const { rows } = await pool.query<ClaimRow>(bind(sql.claim, [scope, key, fingerprint, timing.ttlMs, timing.staleAfterMs]))
-    const row = rows[0]
-    if (!row) continue
-    if (row.outcome === 'claimed') {
-      return { kind: 'claimed', how: 'new', claim: { scope, key, claimId: row.claim_id, fenceToken: tokenOf(row.lock_token), recoveryPoint: null, phases: {} } }
-    }
-    if (row.expired) {
-      const reclaimed = await pool.query<ReclaimRow>(bind(sql.reclaimExpired, [scope, key, fingerprint, timing.ttlMs]))
-      const fresh = reclaimed.rows[0]
-      if (fresh) {
-        return { kind: 'claimed', how: 'reclaimed-expired', claim: { scope, key, claimId: fresh.claim_id, fenceToken: fresh.lock_token, recoveryPoint: null, phases: {} } }
-      }
-      continue
-    }
-    // Invariant 5: mismatch before replay, conflict or take-over.
-    if (row.request_hash !== fingerprint) return { kind: 'mismatch' }
-    if (row.status !== 'in_progress') return { kind: 'completed', fingerprint: row.request_hash, response: responseOf(row) }
-    if (!row.stale) return { kind: 'in-progress', fingerprint: row.request_hash, retryAfterMs: row.stale_in_ms }
-    const taken = await pool.query<TakeOverRow>(
-      bind(sql.takeOver, [scope, key, row.claim_id, row.lock_token, fingerprint, timing.staleAfterMs]),
-    )
-    const won = taken.rows[0]
-    if (!won) return { kind: 'in-progress', fingerprint: row.request_hash, retryAfterMs: 0 }
-    return {
-      kind: 'claimed',
-      how: 'take-over',
-      claim: { scope, key, claimId: row.claim_id, fenceToken: won.lock_token, recoveryPoint: won.recovery_point, phases: won.phase_data },
-    }
-  }
-  throw new OncelyError('ONCELY_STORE_UNEXPECTED', `claim of key ${JSON.stringify(key)} found no row after 5 attempts`)
-}
-
-function tokenOf(token: string | null): string {
-  if (token === null) throw new OncelyError('ONCELY_STORE_UNEXPECTED', 'a fresh claim came back without a fence token')
-  return token
-}
-
-function responseOf(row: ClaimRow): StoredResponse {
-  if (row.response_status === null || row.response_body === null) {
-    throw new OncelyError('ONCELY_STORE_UNEXPECTED', `key in status ${row.status} has no stored response`)
-  }
-  return { status: row.response_status, headers: row.response_headers ?? [], body: row.response_body }
 }

@@ -1,0 +1,121 @@
+import pg from 'pg'
+import { createEngine, fingerprintRequest, type Engine, type StoredResponse } from '../src/index.js'
+import { createPostgresStore, migrate, type Queryable } from '../src/store/postgres/index.js'
+import { countingPool } from '../test/helpers/counting-pool.js'
+import { figure, type Figure } from './report.js'
+import { median } from './stats.js'
+
+const SCHEMA = 'bench_round_trips'
+const response: StoredResponse = { status: 201, headers: [['content-type', 'application/json']], body: Buffer.from('{"id":"ch_1","amount":1000}') }
+
+interface Outcome {
+  name: string
+  /** DESIGN.md's cost budget, in round trips. */
+  budget: number
+  run(engine: Engine<Queryable>, i: number): Promise<void>
+}
+
+/**
+ * Round trips per outcome (issue 11, benchmark 3), counted on the pool: every statement the
+ * engine sends, one after the other, as each is its own round trip today. Beside each count,
+ * the median latency of the outcome against a `SELECT` by primary key (the cheapest round trip),
+ * measured sequentially in the same run.
+ */
+export async function roundTripBench(url: string, options: { iterations: number }): Promise<Figure[]> {
+  const pool = new pg.Pool({ connectionString: url, max: 4 })
+  try {
+    await migrate({ pool, schema: SCHEMA })
+    await pool.query(`CREATE TABLE ${SCHEMA}.business (id text PRIMARY KEY, body bytea)`)
+    await pool.query(`CREATE TABLE ${SCHEMA}.baseline (user_id text, key text, body bytea, PRIMARY KEY (user_id, key))`)
+    await pool.query(`INSERT INTO ${SCHEMA}.baseline VALUES ('u', 'one', '\\x00')`)
+    const counter = countingPool(pool)
+    const engine = createEngine<Queryable>({ store: createPostgresStore({ pool: counter, schema: SCHEMA }) })
+    const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000 } })
+    const other = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 2000 } })
+    const done = await engine.begin({ scope: 'u', key: 'done', fingerprint })
+    if (done.kind === 'execute') await done.execution.complete(response)
+    const running = await engine.begin({ scope: 'u', key: 'running', fingerprint })
+
+    const expect = async (key: string, print: string, kind: string) => {
+      const decision = await engine.begin({ scope: 'u', key, fingerprint: print })
+      if (decision.kind !== kind) throw new Error(`expected ${kind}, got ${decision.kind}`)
+    }
+    const fresh = async (key: string) => {
+      const decision = await engine.begin({ scope: 'u', key, fingerprint })
+      if (decision.kind !== 'execute') throw new Error(`fresh key answered ${decision.kind}`)
+      return decision.execution
+    }
+    const outcomes: Outcome[] = [
+      { name: 'replay', budget: 1, run: () => expect('done', fingerprint, 'replay') },
+      { name: 'conflict (409)', budget: 1, run: () => expect('running', fingerprint, 'conflict') },
+      { name: 'mismatch (422)', budget: 1, run: () => expect('done', other, 'mismatch') },
+      { name: 'fresh: claim + completion', budget: 2, run: async (_, i) => (await fresh(`plain-${i}`)).complete(response) },
+      {
+        name: 'fresh: claim + one step + completion',
+        budget: 3,
+        run: async (_, i) => {
+          const execution = await fresh(`step-${i}`)
+          await execution.step('charge', ({ idempotencyKey }) => ({ id: idempotencyKey.slice(0, 8) }))
+          await execution.complete(response)
+        },
+      },
+      {
+        name: 'fresh: claim + one step + completion transaction with a business row (the service)',
+        budget: 3,
+        run: async (_, i) => {
+          const execution = await fresh(`service-${i}`)
+          await execution.step('charge', ({ idempotencyKey }) => ({ id: idempotencyKey.slice(0, 8) }))
+          await execution.completeInTransaction(async (tx) => {
+            await tx.query({ text: `INSERT INTO ${SCHEMA}.business VALUES ($1, $2)`, values: [`b-${i}`, response.body] })
+            return { response, value: undefined }
+          })
+        },
+      },
+    ]
+
+    const select = await sequential(options.iterations, async () => {
+      await pool.query({ name: 'bench_select', text: `SELECT body FROM ${SCHEMA}.baseline WHERE user_id = $1 AND key = $2`, values: ['u', 'one'] })
+    })
+    const figures: Figure[] = []
+    for (const outcome of outcomes) {
+      counter.reset()
+      const latencies = await sequential(options.iterations, (i) => outcome.run(engine, i))
+      const statements = counter.statements.length / (options.iterations + WARM_UP)
+      figures.push(
+        figure(
+          {
+            section: 'round trips per outcome (sequential)',
+            name: outcome.name,
+            unit: 'ms',
+            runs: [median(latencies)],
+            baseline: { name: 'SELECT by primary key', value: median(select) },
+            extra: {
+              statements: statements.toFixed(2),
+              budget: outcome.budget,
+              'within budget': statements <= outcome.budget ? 'yes' : `no (${(statements - outcome.budget).toFixed(0)} over)`,
+              sequence: counter.statements.slice(-Math.round(statements)).join(', '),
+            },
+          },
+          median(latencies),
+        ),
+      )
+    }
+    if (running.kind === 'execute') await running.execution.release()
+    return figures
+  } finally {
+    await pool.end()
+  }
+}
+
+const WARM_UP = 20
+
+async function sequential(iterations: number, op: (i: number) => Promise<void>): Promise<number[]> {
+  for (let i = 0; i < WARM_UP; i++) await op(-i - 1)
+  const times: number[] = []
+  for (let i = 0; i < iterations; i++) {
+    const start = performance.now()
+    await op(i)
+    times.push(performance.now() - start)
+  }
+  return times
+}

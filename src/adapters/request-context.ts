@@ -1,0 +1,54 @@
+import type { Execution } from '../engine/execution.js'
+import type { HeaderValue } from './stored-headers.js'
+
+/**
+ * Register your store's transaction type once, and `req.idempotency` (Express) and
+ * `request.idempotency` (Fastify) carry it, so business writes need no cast:
+ * `declare module 'oncely/express' { interface IdempotencyRegister { tx: Queryable } }`.
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type -- filled by the user's module augmentation
+export interface IdempotencyRegister {}
+
+/** The transaction type registered in `IdempotencyRegister`, `unknown` until one is. */
+export type RegisteredTx = IdempotencyRegister extends { tx: infer Tx } ? Tx : unknown
+
+/**
+ * Work to run inside the transaction that completes the key. Declared as a method so a handler
+ * may name its store's transaction type (`async (tx: Queryable) => …`) where the framework's
+ * request type cannot carry it.
+ */
+export type CompletionWork<Tx> = { bivariant(tx: Tx): Promise<void> }['bivariant']
+
+/** What a guarded handler sees: its execution, and a way to write business rows with the completion. */
+export interface IdempotencyContext<Tx = unknown> {
+  /** Runs steps (`execution.step(name, fn)`) with keys the provider dedupes. */
+  readonly execution: Execution<Tx>
+  /**
+   * Registers business writes that commit in the transaction that stores the response, or not
+   * at all (Invariant 8). They run only when the response is stored (`status < 400`, or a 4xx
+   * after a step), in registration order.
+   */
+  writeOnCompletion(work: CompletionWork<Tx>): void
+}
+
+/** The parts of a request that enter its fingerprint, plus its key header. */
+export interface RequestParts {
+  method: string
+  /** The matched route pattern (`/v1/charges/:id`), or the path when there is none. */
+  route: string
+  params?: Readonly<Record<string, string>>
+  query?: Readonly<Record<string, unknown>>
+  /** The parsed JSON body, or raw bytes. */
+  body?: unknown
+  /** True when the request has a body that nobody parsed (a body parser missing or mounted after the guard). */
+  bodyNotRead?: boolean
+  key: string | readonly string[] | undefined | null
+}
+
+/** The response a handler produced, as an adapter captured it. */
+export type CapturedResponse =
+  | { kind: 'response'; status: number; headers: Iterable<readonly [string, HeaderValue]>; body: Uint8Array }
+  /** The handler streamed its body: it cannot be stored (see docs/adapters.md). */
+  | { kind: 'streamed'; status: number }
+  /** The handler threw; the framework's error handling answers. */
+  | { kind: 'thrown'; error: unknown }

@@ -1,0 +1,146 @@
+import { DEFAULT_STALE_AFTER_MS, positiveInteger } from '../engine/options.js'
+import { deriveStepKey } from '../engine/phases.js'
+import type { KeyDetailRow, KeyRow } from '../store/postgres/statements-ops.js'
+import { resolveAdminDatabase, toNumber, type AdminDatabase } from './admin-database.js'
+
+/**
+ * A key as operators see it. `state` says what to do about it:
+ * `running` (an owner holds a fresh lease), `stuck` (its owner stopped renewing past the stale
+ * threshold), `suspended` (given up with its steps kept; the next retry resumes it),
+ * `completed`, `failed` (a stored outcome, replayed to retries).
+ */
+export interface KeySummary {
+  scope: string
+  key: string
+  state: 'running' | 'stuck' | 'suspended' | 'completed' | 'failed'
+  status: 'in_progress' | 'completed' | 'failed'
+  /** The claim's identity: part of every provider key it derives. */
+  claimId: string
+  fingerprint: string
+  recoveryPoint: string | null
+  /** Milliseconds since the owner last renewed its lease; null for a settled key. */
+  leaseAgeMs: number | null
+  /** Milliseconds since the claim was made. */
+  ageMs: number
+  createdAt: string
+  lockedAt: string | null
+  expiresAt: string
+  /** Past its TTL: the next request with this key is a new operation. */
+  expired: boolean
+  responseStatus: number | null
+}
+
+/** One committed step of a claim: its name, stored result and the key it passed on. */
+export interface StepRecord {
+  name: string
+  result: unknown
+  /** The key the step passed to the outside world (`deriveStepKey`): look it up there. */
+  providerKey: string
+}
+
+/** `KeySummary` and everything stored with the key. */
+export interface KeyDetails extends KeySummary {
+  steps: StepRecord[]
+  /** The stored response; the body as UTF-8 text when it is, else base64. */
+  response: { status: number; headers: Array<[string, string]>; body: string; bodyEncoding: 'utf8' | 'base64' } | null
+}
+
+export interface ListKeysOptions {
+  /** Only this user's keys. (Default: every user) */
+  scope?: string
+  /** Only claims that are stuck or suspended. (Default: false) */
+  stuck?: boolean
+  /** The engine's stale threshold, to tell a running claim from a stuck one. (Default: 90000) */
+  staleAfterMs?: number
+  /** At most this many keys, stuck ones first. (Default: 100) */
+  limit?: number
+}
+
+/**
+ * Lists keys, stuck and suspended claims first (oldest lease first), then the newest.
+ *
+ * @example
+ * ```ts
+ * import { listKeys } from 'oncely'
+ * const stuck = await listKeys({ pool }, { stuck: true, staleAfterMs: 30_000 })
+ * for (const key of stuck) console.log(key.scope, key.key, key.state, key.leaseAgeMs)
+ * ```
+ */
+export async function listKeys(target: AdminDatabase, options: ListKeysOptions = {}): Promise<KeySummary[]> {
+  const { db, sql } = resolveAdminDatabase(target)
+  const staleAfterMs = positiveInteger('staleAfterMs', options.staleAfterMs ?? DEFAULT_STALE_AFTER_MS)
+  const limit = positiveInteger('limit', options.limit ?? 100)
+  const { rows } = await db.query<KeyRow>({ text: sql.listKeys, values: [staleAfterMs, options.scope ?? null, options.stuck === true, limit] })
+  return rows.map(summaryOf)
+}
+
+/**
+ * Reads one key with its steps (and the provider key each passed on) and its stored response.
+ * Resolves to `undefined` when the user has no such key.
+ *
+ * @example
+ * ```ts
+ * import { inspectKey } from 'oncely'
+ * const key = await inspectKey({ pool }, { scope: '42', key: 'order-42' })
+ * if (key?.state === 'stuck') console.log(key.steps.map((step) => step.providerKey))
+ * ```
+ */
+export async function inspectKey(target: AdminDatabase, options: { scope: string; key: string; staleAfterMs?: number }): Promise<KeyDetails | undefined> {
+  const row = await readKeyRow(target, options)
+  return row === undefined ? undefined : detailsOf(row)
+}
+
+/** The row behind `inspectKey`, with the fence token `releaseKey` compares. */
+export async function readKeyRow(target: AdminDatabase, options: { scope: string; key: string; staleAfterMs?: number }): Promise<KeyDetailRow | undefined> {
+  const { db, sql } = resolveAdminDatabase(target)
+  const staleAfterMs = positiveInteger('staleAfterMs', options.staleAfterMs ?? DEFAULT_STALE_AFTER_MS)
+  const { rows } = await db.query<KeyDetailRow>({ text: sql.inspectKey, values: [staleAfterMs, String(options.scope), String(options.key)] })
+  return rows[0]
+}
+
+export function summaryOf(row: KeyRow): KeySummary {
+  return {
+    scope: row.user_id,
+    key: row.key,
+    state: stateOf(row),
+    status: row.status,
+    claimId: row.claim_id,
+    fingerprint: row.request_hash,
+    recoveryPoint: row.recovery_point,
+    leaseAgeMs: toNumber(row.lease_age_ms),
+    ageMs: Number(row.age_ms),
+    createdAt: row.created_at,
+    lockedAt: row.locked_at,
+    expiresAt: row.expires_at,
+    expired: row.expired,
+    responseStatus: row.response_status,
+  }
+}
+
+export function detailsOf(row: KeyDetailRow): KeyDetails {
+  const steps = Object.entries(row.phase_data ?? {}).map(([name, result]) => ({
+    name,
+    result,
+    providerKey: deriveStepKey({ scope: row.user_id, key: row.key, claimId: row.claim_id, step: name }),
+  }))
+  let response: KeyDetails['response'] = null
+  if (row.response_status !== null && row.response_body !== null) {
+    const text = new TextDecoder('utf-8', { fatal: true })
+    let body: string
+    let bodyEncoding: 'utf8' | 'base64' = 'utf8'
+    try {
+      body = text.decode(row.response_body)
+    } catch {
+      body = row.response_body.toString('base64')
+      bodyEncoding = 'base64'
+    }
+    response = { status: row.response_status, headers: row.response_headers ?? [], body, bodyEncoding }
+  }
+  return { ...summaryOf(row), steps, response }
+}
+
+function stateOf(row: KeyRow): KeySummary['state'] {
+  if (row.status !== 'in_progress') return row.status
+  if (!row.held) return 'suspended'
+  return row.stuck ? 'stuck' : 'running'
+}

@@ -1,0 +1,197 @@
+import type { Engine } from '../engine/engine.js'
+import { invalid, positiveInteger } from '../engine/options.js'
+import { deriveStepKey } from '../engine/phases.js'
+import type { Fence } from '../engine/store.js'
+import type { StoredResponse } from '../engine/types.js'
+import type { ReconcilableRow } from '../store/postgres/statements-ops.js'
+import { resolveAdminDatabase, type AdminDatabase } from './admin-database.js'
+import { logKey, resolveLogger, type LogOption } from './logger.js'
+import type { ReconcileDecisionName } from './reconcile-decisions.js'
+import { takeOverForReconcile } from './reconcile-take-over.js'
+
+/** What the reconciler's hook is told about a claim it now holds. The request body is not stored. */
+export interface ReconcileClaim<Tx = unknown> {
+  scope: string
+  key: string
+  /** The claim's identity: the one in every provider key it derived, and in your own references to it. */
+  claimId: string
+  fingerprint: string
+  /** The last committed step, or null. */
+  recoveryPoint: string | null
+  /** Committed step results, by step name. */
+  steps: Readonly<Record<string, unknown>>
+  /** The provider key of each committed step. */
+  stepKeys: Readonly<Record<string, string>>
+  /** The key step `name` passes on, committed or not: look an uncommitted step up by it. */
+  stepKey(name: string): string
+  createdAt: string
+  /** When the lease was last renewed before the reconciler took the claim over. */
+  lockedAt: string
+  /** The key is past its TTL: if the hook decides nothing, the claim is settled as failed. */
+  expired: boolean
+  /** Found it done: stores `response` (with `tx`, inside your transaction with the business and outbox rows). */
+  complete(response: StoredResponse, options?: { tx?: Tx }): Promise<void>
+  /** Found it failed for good: stores `response`, replayed to retries. */
+  fail(response: StoredResponse, options?: { tx?: Tx }): Promise<void>
+}
+
+/**
+ * Looks a claim's outcome up in the outside world and settles it with `complete` or `fail`; or
+ * returns without calling either when nothing happened there, which leaves the claim suspended
+ * with the same identity, so the next retry calls the provider with the same keys. Never runs
+ * the steps (Invariant 12: look the outcome up, never call it blind).
+ */
+export type ReconcileHook<Tx = unknown> = (claim: ReconcileClaim<Tx>) => Promise<void>
+
+export interface ReconcileOptions<Tx = unknown> {
+  /** The engine whose claims to settle: its store, stale threshold, TTL and lease timing. (Default: none, required) */
+  engine: Engine<Tx>
+  /** Pool and schema of the engine's store, to find the claims. (Default: none, required) */
+  database: AdminDatabase
+  /** Decides each claim from the outside world. (Default: none, required) */
+  hook: ReconcileHook<Tx>
+  /** A running claim not renewed for this long is reconciled; at least the stale threshold. (Default: 2 × staleAfterMs) */
+  olderThanMs?: number
+  /** Claims handled per run, oldest lease first. (Default: 100) */
+  limit?: number
+  /** Stored for a claim past its TTL that the hook could not settle. (Default: a 502 problem+json, `outcome-unknown`) */
+  expiredResponse?: StoredResponse
+  /** Called with each decision, e.g. `metrics.onReconcile`. (Default: none) */
+  onDecision?: (report: ReconcileReport) => void
+  /** Where each decision is logged: a pino-style logger or a line function. (Default: `console.warn`) */
+  log?: LogOption
+}
+
+/** One claim's fate in a run. */
+export interface ReconcileReport {
+  scope: string
+  key: string
+  claimId: string
+  decision: ReconcileDecisionName
+  detail: string
+}
+
+/** The default outcome stored for a claim past its TTL whose outcome nobody could confirm. */
+export const OUTCOME_UNKNOWN_RESPONSE: StoredResponse = Object.freeze({
+  status: 502,
+  headers: [['content-type', 'application/problem+json']] as const,
+  body: new TextEncoder().encode(
+    JSON.stringify({
+      type: 'https://oncely.dev/problems/outcome-unknown',
+      title: 'Outcome unknown',
+      status: 502,
+      detail: 'the operation was interrupted and its outcome could not be confirmed before the key expired; check with support before trying again',
+    }),
+  ),
+})
+
+/**
+ * Settles the claims nobody settled: owners that died, suspended claims nobody retried. Each is
+ * first taken over by the engine's compare-and-swap, as a retry would (so a retry and the
+ * reconciler never both act, and a slow live owner is never overtaken), then handed to `hook`.
+ *
+ * @example
+ * ```ts
+ * import { reconcileStuckClaims } from 'oncely'
+ * const reports = await reconcileStuckClaims({
+ *   engine,
+ *   database: { pool },
+ *   hook: async (claim) => {
+ *     const charge = await provider.charge({ lookup: claim.claimId }, claim.stepKey('charge'))
+ *     if (charge) await claim.complete({ status: 201, headers: [['content-type', 'application/json']], body: Buffer.from(JSON.stringify(charge)) })
+ *   },
+ * })
+ * ```
+ */
+export async function reconcileStuckClaims<Tx>(options: ReconcileOptions<Tx>): Promise<ReconcileReport[]> {
+  const resolved = resolveReconcileOptions(options)
+  const { pool, db, sql, schema } = resolveAdminDatabase(options.database)
+  const { rows } = await db.query<ReconcilableRow>({ text: sql.reconcilable, values: [resolved.olderThanMs, resolved.limit] })
+  const reports: ReconcileReport[] = []
+  for (const row of rows) {
+    const report = await reconcileOne(resolved, pool, schema, row, sql.reconcileDetail)
+    reports.push(report)
+    resolved.log[report.decision === 'error' ? 'error' : 'info'](
+      { scope: report.scope, key: logKey(report.key), claimId: report.claimId, decision: report.decision },
+      `reconciler: ${report.detail}`,
+    )
+    options.onDecision?.(report)
+  }
+  return reports
+}
+
+type Resolved<Tx> = ReturnType<typeof resolveReconcileOptions<Tx>>
+
+export function resolveReconcileOptions<Tx>(options: ReconcileOptions<Tx>) {
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
+  const { engine, hook } = options
+  if (typeof engine !== 'object' || engine === null || typeof engine.begin !== 'function') throw invalid('engine', 'must be an engine from createEngine({ store })', engine)
+  if (typeof hook !== 'function') throw invalid('hook', 'must be a function (claim) => Promise<void>', hook)
+  resolveAdminDatabase(options.database)
+  const { staleAfterMs } = engine.options
+  const olderThanMs = positiveInteger('olderThanMs', options.olderThanMs ?? 2 * staleAfterMs)
+  // Below the stale threshold the reconciler could take a claim from an owner that still renews it.
+  if (olderThanMs < staleAfterMs) throw invalid('olderThanMs', `must be at least the engine's staleAfterMs (${staleAfterMs})`, olderThanMs)
+  return Object.freeze({
+    engine,
+    hook,
+    olderThanMs,
+    limit: positiveInteger('limit', options.limit ?? 100),
+    expiredResponse: options.expiredResponse ?? OUTCOME_UNKNOWN_RESPONSE,
+    log: resolveLogger(options.log),
+  })
+}
+
+async function reconcileOne<Tx>(options: Resolved<Tx>, pool: AdminDatabase['pool'], schema: string, row: ReconcilableRow, detailSql: string): Promise<ReconcileReport> {
+  const base = { scope: row.user_id, key: row.key, claimId: row.claim_id }
+  const claim = await takeOverForReconcile(pool, schema, row, options.olderThanMs)
+  if (claim === null) return { ...base, decision: 'skipped', detail: 'someone else took the claim over or settled it first' }
+  const { store, leaseRenewMs, ttlMs } = options.engine.options
+  const fence: Fence = { scope: claim.scope, key: claim.key, fenceToken: claim.fenceToken }
+  const { rows } = await pool.query<{ created_at: string; locked_at: string; expired: boolean }>({ text: detailSql, values: [claim.scope, claim.key, claim.fenceToken] })
+  const detail = rows[0]
+  // Invariant 3: while the hook looks the outcome up, the lease is renewed like any owner's.
+  const lease = setInterval(() => void store.renewLease(fence, ttlMs).catch(() => undefined), leaseRenewMs)
+  lease.unref()
+  let settled: 'completed' | 'failed' | undefined
+  const settle = (status: 'completed' | 'failed') => async (response: StoredResponse, settleOptions: { tx?: Tx } = {}) => {
+    if (settled !== undefined) throw invalid('complete/fail', `was already called (${settled})`, status)
+    if (!(await store.complete(fence, { status, response }, settleOptions.tx))) {
+      throw new LostClaim()
+    }
+    settled = status
+  }
+  const stepKey = (step: string) => deriveStepKey({ scope: claim.scope, key: claim.key, claimId: claim.claimId, step })
+  try {
+    await options.hook({
+      ...base,
+      fingerprint: row.request_hash,
+      recoveryPoint: claim.recoveryPoint,
+      steps: claim.phases,
+      stepKeys: Object.fromEntries(Object.keys(claim.phases).map((step) => [step, stepKey(step)])),
+      stepKey,
+      createdAt: detail?.created_at ?? '',
+      lockedAt: detail?.locked_at ?? '',
+      expired: detail?.expired ?? false,
+      complete: settle('completed'),
+      fail: settle('failed'),
+    })
+    if (settled !== undefined) return { ...base, decision: settled, detail: `${settled}: the hook found the outcome and stored it` }
+    if (detail?.expired) {
+      if (!(await store.complete(fence, { status: 'failed', response: options.expiredResponse }))) throw new LostClaim()
+      return { ...base, decision: 'expired', detail: `nothing found and the key is past its TTL: settled as failed (${options.expiredResponse.status})` }
+    }
+    await store.suspend(fence)
+    return { ...base, decision: 'unresolved', detail: 'nothing found: left suspended with the same identity, so a retry resumes with the same provider keys' }
+  } catch (error) {
+    if (error instanceof LostClaim) return { ...base, decision: 'skipped', detail: 'a retry took the claim over while the hook ran; it settles it' }
+    // Invariant 7: an unknown outcome is kept resumable, never forgotten.
+    if (settled === undefined) await store.suspend(fence).catch(() => false)
+    return { ...base, decision: 'error', detail: `the hook failed, claim left suspended: ${error instanceof Error ? error.message : String(error)}` }
+  } finally {
+    clearInterval(lease)
+  }
+}
+
+/** The fence failed: someone else holds the claim now. */
+class LostClaim extends Error {}

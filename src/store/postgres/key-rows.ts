@@ -1,0 +1,40 @@
+/** Turns the store's rows into the engine's snapshot and claim state. */
+import type { ClaimSnapshot, ClaimState } from '../../engine/types.js'
+import type { HeldRow, KeyRow } from './statements.js'
+
+export function snapshotOf(scope: string, key: string, row: KeyRow): ClaimSnapshot {
+  const response =
+    row.response_status === null || row.response_body === null
+      ? null
+      : { status: row.response_status, headers: row.response_headers ?? [], body: row.response_body }
+  return {
+    scope,
+    key,
+    status: row.status,
+    fingerprint: row.request_hash,
+    claimId: row.claim_id,
+    fenceToken: row.lock_token,
+    recoveryPoint: row.recovery_point,
+    phases: row.phase_data,
+    startedSteps: row.started_steps,
+    response,
+    interrupted: row.interrupted,
+    outcomeError: row.outcome_error,
+    ageMs: row.age_ms,
+    leaseAgeMs: row.lease_age_ms,
+    expiresInMs: row.expires_in_ms,
+  }
+}
+
+export function claimOf(scope: string, key: string, row: HeldRow): ClaimState {
+  return {
+    scope,
+    key,
+    claimId: row.claim_id,
+    fenceToken: row.lock_token,
+    recoveryPoint: row.recovery_point,
+    phases: row.phase_data,
+    startedSteps: row.started_steps,
+    interrupted: row.interrupted,
+  }
+}

@@ -1,0 +1,140 @@
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { deriveStepKey, fingerprintRequest, isOncelyError } from '../../src/index.js'
+import { inspectKey } from '../../src/ops/keys.js'
+import { reconcileStuckClaims, type ReconcileClaim, type ReconcileHook } from '../../src/ops/reconciler.js'
+import { withTransaction, type Queryable } from '../../src/store/postgres/index.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { latch } from '../helpers/deferred.js'
+import { ageClaim, engineOn, jsonResponse } from '../helpers/engine.js'
+
+const STALE = 60_000
+let db: TestDatabase
+beforeAll(async () => {
+  db = await createTestDatabase()
+  await db.pool.query('CREATE TABLE business_rows (scope text, key text, claim_id text)')
+})
+afterAll(async () => {
+  await db.close()
+})
+
+const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 5 } })
+let nextScope = 1
+const newScope = () => `rec-${nextScope++}`
+const quiet = { info() {}, warn() {}, error() {} }
+
+/** A claim whose owner died: claimed through the store (no lease timer), optionally a step, then aged. */
+async function deadClaim(scope: string, key: string, step?: string) {
+  const { store } = engineOn(db)
+  const result = await store.claim({ scope, key, fingerprint }, { ttlMs: 86_400_000, staleAfterMs: STALE })
+  if (result.kind !== 'claimed') throw new Error(`expected a claim, got ${result.kind}`)
+  if (step) await store.commitPhase({ scope, key, fenceToken: result.claim.fenceToken }, step, { id: 'ch_step' })
+  await ageClaim(db, scope, key)
+  return result.claim
+}
+
+function reconcile(hook: ReconcileHook<Queryable>, pool: pg.Pool = db.pool) {
+  const { engine } = engineOn(db, { staleAfterMs: STALE }, pool)
+  return reconcileStuckClaims({ engine, database: { pool, schema: db.schema }, hook, olderThanMs: STALE, log: quiet })
+}
+
+describe('reconcileStuckClaims', () => {
+  it('hands a dead claim to the hook with what is known; complete stores the response with the business rows in one transaction', async () => {
+    const scope = newScope()
+    const claim = await deadClaim(scope, 'found', 'charge')
+    const seen: Array<ReconcileClaim<Queryable>> = []
+    const reports = await reconcile(async (stuck) => {
+      if (stuck.scope !== scope) return
+      seen.push(stuck)
+      await withTransaction(db.pool, async (tx) => {
+        await tx.query({ text: 'INSERT INTO business_rows VALUES ($1, $2, $3)', values: [stuck.scope, stuck.key, stuck.claimId] })
+        await stuck.complete(jsonResponse(201, '{"id":"ch_found"}'), { tx })
+      })
+    })
+    expect(reports.filter((r) => r.scope === scope)).toMatchObject([{ key: 'found', decision: 'completed' }])
+    expect(seen[0]).toMatchObject({ claimId: claim.claimId, fingerprint, recoveryPoint: 'charge', steps: { charge: { id: 'ch_step' } }, expired: false })
+    expect(seen[0]?.stepKeys).toEqual({ charge: deriveStepKey({ scope, key: 'found', claimId: claim.claimId, step: 'charge' }) })
+    expect(seen[0]?.stepKey('refund')).toBe(deriveStepKey({ scope, key: 'found', claimId: claim.claimId, step: 'refund' }))
+    const { rows } = await db.pool.query('SELECT claim_id FROM business_rows WHERE scope = $1', [scope])
+    expect(rows).toEqual([{ claim_id: claim.claimId }])
+    // A retry now gets the stored answer, byte for byte.
+    const { engine } = engineOn(db)
+    const replay = await engine.begin({ scope, key: 'found', fingerprint })
+    expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_found"}')
+  })
+
+  it('nothing happened: the claim stays, suspended, with the same identity; the next retry resumes it with the same step keys', async () => {
+    const scope = newScope()
+    const claim = await deadClaim(scope, 'absent')
+    const reports = await reconcile(async () => {})
+    expect(reports.find((r) => r.scope === scope)).toMatchObject({ decision: 'unresolved' })
+    expect(await inspectKey({ pool: db.pool, schema: db.schema }, { scope, key: 'absent' })).toMatchObject({ state: 'suspended', claimId: claim.claimId })
+    const { engine } = engineOn(db)
+    const retry = await engine.begin({ scope, key: 'absent', fingerprint })
+    expect(retry.kind === 'execute' && retry.execution.claimId).toBe(claim.claimId)
+    if (retry.kind === 'execute') await retry.execution.complete(jsonResponse(201, '{}'))
+  })
+
+  it('a hook that throws leaves the claim suspended and reports the error; fail stores a final failure', async () => {
+    const scope = newScope()
+    await deadClaim(scope, 'boom')
+    await deadClaim(scope, 'declined')
+    const reports = await reconcile(async (stuck) => {
+      if (stuck.scope !== scope) return
+      if (stuck.key === 'boom') throw new Error('provider lookup failed')
+      await stuck.fail(jsonResponse(402, '{"type":"card-declined"}'))
+    })
+    const mine = Object.fromEntries(reports.filter((r) => r.scope === scope).map((r) => [r.key, r.decision]))
+    expect(mine).toEqual({ boom: 'error', declined: 'failed' })
+    expect((await inspectKey({ pool: db.pool, schema: db.schema }, { scope, key: 'boom' }))?.state).toBe('suspended')
+    expect((await inspectKey({ pool: db.pool, schema: db.schema }, { scope, key: 'declined' }))?.response?.status).toBe(402)
+  })
+
+  it('never touches a claim whose owner renews its lease', async () => {
+    const scope = newScope()
+    const { engine } = engineOn(db, { staleAfterMs: STALE })
+    const live = await engine.begin({ scope, key: 'live', fingerprint })
+    let called = 0
+    await reconcile(async (stuck) => {
+      if (stuck.scope === scope) called++
+    })
+    expect(called).toBe(0)
+    if (live.kind === 'execute') await live.execution.complete(jsonResponse(201, '{}'))
+  })
+
+  it('of 20 retries and the reconciler racing for one stale claim on real connections, exactly one acts', async () => {
+    const scope = newScope()
+    await deadClaim(scope, 'raced')
+    const pools = Array.from({ length: 21 }, () => new pg.Pool({ connectionString: db.url, max: 1 }))
+    try {
+      await Promise.all(pools.map(async (pool) => (await pool.connect()).release()))
+      const start = latch(21)
+      let hookCalls = 0
+      const [reconciled, ...retries] = await Promise.all(
+        pools.map(async (pool, index) => {
+          await start.arrive()
+          if (index === 0) {
+            return reconcile(async (stuck) => {
+              if (stuck.scope !== scope) return
+              hookCalls++
+              await stuck.complete(jsonResponse(201, '{"by":"reconciler"}'))
+            }, pool)
+          }
+          return engineOn(db, { staleAfterMs: STALE }, pool).engine.begin({ scope, key: 'raced', fingerprint })
+        }),
+      )
+      const executions = retries.filter((d) => !Array.isArray(d) && d.kind === 'execute')
+      expect(hookCalls + executions.length).toBe(1)
+      expect(Array.isArray(reconciled) ? reconciled.filter((r) => r.scope === scope).map((r) => r.decision) : []).toEqual([hookCalls === 1 ? 'completed' : 'skipped'])
+      for (const decision of executions) if (!Array.isArray(decision) && decision.kind === 'execute') await decision.execution.complete(jsonResponse(201, '{}'))
+    } finally {
+      await Promise.all(pools.map((pool) => pool.end()))
+    }
+  })
+
+  it('refuses a threshold below the stale threshold: it would take claims from owners that still renew', async () => {
+    const { engine } = engineOn(db, { staleAfterMs: STALE })
+    const error: unknown = await reconcileStuckClaims({ engine, database: { pool: db.pool, schema: db.schema }, hook: async () => {}, olderThanMs: STALE - 1 }).catch((caught: unknown) => caught)
+    expect(isOncelyError(error, 'ONCELY_INVALID_OPTION') && error.message).toMatch(/olderThanMs/)
+  })
+})
