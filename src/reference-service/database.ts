@@ -137,8 +137,11 @@ function snapshotSignalListeners(): { restore(): void } {
  */
 export const SERVICE_POOL_SETTINGS = Object.freeze({
   max: 20,
-  /** Opening a connection, and waiting for a free one when all 20 are busy. */
-  connectionTimeoutMillis: 2_000,
+  /**
+   * Opening a connection, and waiting for a free one when all 20 are busy. Short, because the
+   * engine retries a claim's transient failures for up to 2 s on top of it.
+   */
+  connectionTimeoutMillis: 1_000,
   /** Server side: a statement running longer is cancelled (SQLSTATE 57014). */
   statement_timeout: 5_000,
   /** Server side: a statement waiting longer for a lock fails (SQLSTATE 55P03). */

@@ -88,14 +88,22 @@ export class Begin implements ModelCommand {
   }
 }
 
+/** The owner's process dies, and with it every handler that process ran, whatever key it held. */
+async function killWorker(model: Model, world: World, owner: Attempt): Promise<void> {
+  await owner.worker.kill(world.admin)
+  for (const key of model.keys) {
+    if (key.owner?.worker === owner.worker) key.owner = undefined
+    if (key.orphan?.worker === owner.worker) key.orphan = undefined
+  }
+}
+
 /** What the model learns from how an owner's action ended. */
 async function learn(model: Model, world: World, key: KeyModel, owner: Attempt, done: Done, what: string): Promise<void> {
   switch (done.kind) {
     case 'waiting':
       return
     case 'frozen':
-      await owner.worker.kill(world.admin)
-      key.owner = undefined
+      await killWorker(model, world, owner)
       return
     case 'ran':
       key.owner = undefined
@@ -156,9 +164,7 @@ export class Kill implements ModelCommand {
   }
 
   async run(model: Model, world: World): Promise<void> {
-    const key = model.keys[this.index] as KeyModel
-    await (key.owner as Attempt).worker.kill(world.admin)
-    key.owner = undefined
+    await killWorker(model, world, (model.keys[this.index] as KeyModel).owner as Attempt)
     await checkInvariants(model, world)
   }
 
