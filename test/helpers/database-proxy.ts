@@ -7,6 +7,8 @@ import { trackOpenHandle } from '../setup/guard-open-handles.js'
  * goes away and comes back, without touching the machine's shared server. `down()` cuts every
  * open connection (both sides see the socket die, as when a server stops) and stops listening,
  * so new connections are refused (ECONNREFUSED); `up()` listens again on the same port.
+ * `cutNextAnswer()` cuts the next connection the server answers on, the moment it answers: the
+ * statement ran (and, outside a transaction, committed), the client never hears of it.
  */
 export interface DatabaseProxy {
   /** `url` with the host and port replaced by the proxy's. */
@@ -14,6 +16,8 @@ export interface DatabaseProxy {
   readonly port: number
   down(): Promise<void>
   up(): Promise<void>
+  /** Resolves once the next answer from the server has been cut instead of forwarded. */
+  cutNextAnswer(): Promise<void>
   /** Connections accepted so far. */
   connections(): number
   close(): Promise<void>
@@ -24,6 +28,7 @@ export async function startDatabaseProxy(upstreamUrl: string): Promise<DatabaseP
   const upstreamPort = Number(upstream.port || 5432)
   const sockets = new Set<net.Socket>()
   let accepted = 0
+  let cut: (() => void) | undefined
   const server = net.createServer((client) => {
     accepted++
     const server = net.connect(upstreamPort, upstream.hostname)
@@ -36,7 +41,17 @@ export async function startDatabaseProxy(upstreamUrl: string): Promise<DatabaseP
       })
     }
     client.pipe(server)
-    server.pipe(client)
+    server.on('data', (chunk: Buffer) => {
+      const cutNow = cut
+      if (cutNow) {
+        cut = undefined
+        client.resetAndDestroy()
+        server.destroy()
+        cutNow()
+        return
+      }
+      client.write(chunk)
+    })
     client.on('close', () => server.destroy())
     server.on('close', () => client.destroy())
   })
@@ -73,6 +88,7 @@ export async function startDatabaseProxy(upstreamUrl: string): Promise<DatabaseP
       await listen(port)
       listening = true
     },
+    cutNextAnswer: () => new Promise<void>((resolve) => (cut = resolve)),
     connections: () => accepted,
     async close() {
       await down()

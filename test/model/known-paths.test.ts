@@ -1,7 +1,7 @@
 import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { Act, Age, Begin, Blip, endRun, Kill, Sweep } from './support/commands.js'
+import { Act, Age, Begin, Blip, endRun, Kill, LostAnswer, Sweep } from './support/commands.js'
 import { newModel } from './support/model.js'
 import { World } from './support/world.js'
 
@@ -46,7 +46,27 @@ describe('the paths of issue 8, as model sequences', () => {
   })
 
   it('an owner whose completion met a lost connection stops renewing, so its claim is takeable after stale', async () => {
+    const terminatedBefore = world.faults.ownersTerminated
     await expect(play([new Begin(0, 1, false), new Act(0, 'step'), new Blip(0, 'complete'), new Age(0, 'stale'), new Begin(0, 2, false), new Act(0, 'complete')])).resolves.toBeUndefined()
+    expect(world.faults.ownersTerminated).toBe(terminatedBefore + 1)
+  })
+
+  it('a completion that landed with its answer lost: the owner recognises its own write, and the key replays it', async () => {
+    const cutBefore = world.faults.answersCut
+    await expect(play([new Begin(0, 1, false), new Act(0, 'step'), new LostAnswer(0, 'complete'), new Begin(0, 3, false), new Age(0, 'stale'), new Begin(0, 3, false)])).resolves.toBeUndefined()
+    expect(world.faults.answersCut).toBe(cutBefore + 1)
+  })
+
+  it('a phase commit that landed with its answer lost: the claim keeps its identity and its one charge', async () => {
+    const cutBefore = world.faults.answersCut
+    await expect(play([new Begin(0, 1, false), new LostAnswer(0, 'step'), new Act(0, 'step'), new Act(0, 'complete'), new Begin(0, 2, false)])).resolves.toBeUndefined()
+    expect(world.faults.answersCut).toBe(cutBefore + 1)
+  })
+
+  it('a suspend after a step that landed with its answer lost: the next retry takes over and resumes, no second charge', async () => {
+    const cutBefore = world.faults.answersCut
+    await expect(play([new Begin(0, 1, false), new Act(0, 'step'), new LostAnswer(0, 'throw'), new Age(0, 'stale'), new Begin(0, 2, false), new Act(0, 'step'), new Act(0, 'complete')])).resolves.toBeUndefined()
+    expect(world.faults.answersCut).toBe(cutBefore + 1)
   })
 
   it('a settled key replays its first answer byte for byte, to 8 requests at once', async () => {

@@ -37,7 +37,8 @@ export class Begin implements ModelCommand {
     const key = model.keys[this.index] as KeyModel
     const fingerprint = this.otherPayload ? (key.fingerprint === 'f1' ? 'f2' : 'f1') : key.fingerprint
     const before = { exists: key.exists, live: key.owner !== undefined, settled: key.settled, age: key.age, suspended: key.suspended }
-    const attempts = Array.from({ length: this.n }, (_, slot) => new Attempt(world.worker(slot), { scope: key.scope, key: key.key, fingerprint }, world.provider, nextBody(model)))
+    const workers = await Promise.all(Array.from({ length: this.n }, (_, slot) => world.worker(slot)))
+    const attempts = workers.map((worker) => new Attempt(worker, { scope: key.scope, key: key.key, fingerprint }, world.provider, nextBody(model)))
     const starts = await withinHangLimit(`${String(this)} deciding`, Promise.all(attempts.map((attempt) => attempt.started())))
     const owners = attempts.filter((_, i) => starts[i]?.kind === 'execute')
     const failed = starts.filter((start) => start.kind === 'error').length
@@ -75,6 +76,14 @@ export class Begin implements ModelCommand {
         throw new InvariantViolation(`${what}: the claim ${key.claimId} may have acted and was re-identified as ${winner.execution.claimId}`)
       }
       Object.assign(key, { claimId: winner.execution.claimId, owner: winner, orphan: undefined, suspended: false, age: 'fresh', exists: true, fingerprint })
+    } else if (key.settled === undefined && fingerprint === key.fingerprint) {
+      // A stored answer the model did not see being stored (its owner never heard that its write
+      // landed): the first replay is the first answer every later replay must equal.
+      const replay = starts.find((start) => start.kind === 'answer' && start.result.kind === 'replay')
+      if (replay?.kind === 'answer' && replay.result.kind === 'replay') {
+        key.settled = { status: replay.result.response.status, body: Buffer.from(replay.result.response.body) }
+        key.acted = false
+      }
     } else if (failed > 0 && !before.exists) {
       // The claim may have committed with its answer lost: a claim nobody in the process holds.
       const row = await world.row(key.scope, key.key)
@@ -215,6 +224,47 @@ export class Blip implements ModelCommand {
   }
 }
 
+/**
+ * The owner's next write lands but its answer is lost: the row is locked, the action's statement
+ * waits on it, the worker's proxy is told to cut the next answer, the lock is let go. The
+ * statement commits and the connection dies before the owner hears of it (issue 8, path 16).
+ */
+export class LostAnswer implements ModelCommand {
+  constructor(
+    readonly index: number,
+    readonly action: Exclude<Action, 'step-then-die'>,
+  ) {}
+
+  check(model: Readonly<Model>): boolean {
+    const key = model.keys[this.index]
+    return key?.owner !== undefined && (this.action !== 'step' || !key.acted)
+  }
+
+  async run(model: Model, world: World): Promise<void> {
+    const key = model.keys[this.index] as KeyModel
+    const owner = key.owner as Attempt
+    if (this.action === 'step') key.acted = true
+    await world.admin.query('BEGIN')
+    await world.admin.query(`SELECT 1 FROM ${world.table} WHERE user_id = $1 AND key = $2 FOR UPDATE`, [key.scope, key.key])
+    const done = await withinHangLimit(
+      String(this),
+      owner.act(this.action, async () => {
+        try {
+          if (await world.waitsOnLock(owner.worker)) void owner.worker.proxy.cutNextAnswer().then(() => world.faults.answersCut++)
+        } finally {
+          await world.admin.query('COMMIT')
+        }
+      }),
+    )
+    await learn(model, world, key, owner, done, String(this))
+    await checkInvariants(model, world)
+  }
+
+  toString(): string {
+    return `answer-lost-after-${this.action}(key ${this.index})`
+  }
+}
+
 /** Database time passes for a key nobody live holds: past the stale threshold, or past its TTL. */
 export class Age implements ModelCommand {
   constructor(
@@ -287,9 +337,11 @@ export function modelCommands(): Array<fc.Arbitrary<ModelCommand>> {
   const key = fc.constantFrom(0, 0, 0, 1, 2)
   const begin = fc.tuple(key, fc.integer({ min: 1, max: MAX_CONCURRENT }), fc.integer({ min: 0, max: 7 }).map((n) => n === 0)).map(([index, n, other]) => new Begin(index, n, other))
   const act = fc.tuple(key, fc.constantFrom<Action>('step', 'step', 'complete', 'fail', 'throw', 'step-then-die')).map(([index, action]) => new Act(index, action))
-  const blip = fc.tuple(key, fc.constantFrom<Exclude<Action, 'step-then-die'>>('step', 'complete', 'fail', 'throw')).map(([index, action]) => new Blip(index, action))
+  const writes = fc.constantFrom<Exclude<Action, 'step-then-die'>>('step', 'complete', 'fail', 'throw')
+  const blip = fc.tuple(key, writes).map(([index, action]) => new Blip(index, action))
+  const lostAnswer = fc.tuple(key, writes).map(([index, action]) => new LostAnswer(index, action))
   const age = fc.tuple(key, fc.constantFrom<'stale' | 'ttl'>('stale', 'stale', 'ttl')).map(([index, past]) => new Age(index, past))
-  return [begin, begin, begin, act, act, act, blip, key.map((index) => new Kill(index)), age, age, fc.constant(new Sweep()), fc.constant(new TerminateAll())]
+  return [begin, begin, begin, act, act, act, blip, lostAnswer, key.map((index) => new Kill(index)), age, age, fc.constant(new Sweep()), fc.constant(new TerminateAll())]
 }
 
 /** Ends a run: live handlers fail, every row of the run is deleted, so no execution of it keeps renewing. */

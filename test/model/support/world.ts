@@ -15,6 +15,8 @@ export class World {
   readonly sweeper: PostgresStore
   readonly table: string
   provider: FakeProvider = createFakeProvider()
+  /** Faults that really happened, so a test can tell a fault from a command that found nothing to cut. */
+  readonly faults = { answersCut: 0, ownersTerminated: 0 }
   readonly #workers: Worker[] = []
   readonly #prefix = `oncely_model_${process.pid}_`
   #nextWorker = 0
@@ -33,10 +35,10 @@ export class World {
   }
 
   /** The live worker in `slot`, a new one when the last one there was killed. */
-  worker(slot: number): Worker {
+  async worker(slot: number): Promise<Worker> {
     let worker = this.#workers[slot]
     if (!worker?.alive) {
-      worker = startWorker(this.db, `${this.#prefix}${this.#nextWorker++}`)
+      worker = await startWorker(this.db, `${this.#prefix}${this.#nextWorker++}`)
       this.#workers[slot] = worker
     }
     return worker
@@ -49,6 +51,7 @@ export class World {
 
   async terminate(worker: Worker): Promise<void> {
     await this.admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [worker.name])
+    this.faults.ownersTerminated++
   }
 
   /** Resolves true once a backend of `worker` waits on a lock, false after `timeoutMs`. */
@@ -96,7 +99,7 @@ export class World {
   }
 
   async close(): Promise<void> {
-    for (const worker of this.#workers) await worker.kill(this.admin)
+    for (const worker of this.#workers) if (worker.alive) await worker.kill(this.admin)
     await this.admin.end()
   }
 }
