@@ -41,6 +41,10 @@ describe('the paths of issue 8, as model sequences', () => {
     await expect(play([new Begin(0, 1, false), new Act(0, 'step-then-die'), new Age(0, 'ttl'), new Begin(0, 4, false), new Act(0, 'step')])).resolves.toBeUndefined()
   })
 
+  it('a claim that may have acted, past its TTL, asked with another payload: never re-identified (found by the model, seed -549085290)', async () => {
+    await expect(play([new Begin(0, 1, false), new Act(0, 'step-then-die'), new Age(0, 'ttl'), new Begin(0, 2, true)])).resolves.toBeUndefined()
+  })
+
   it('the sweeper never deletes a running claim with a committed step', async () => {
     await expect(play([new Begin(0, 1, false), new Act(0, 'step'), new Kill(0), new Age(0, 'ttl'), new Sweep()])).resolves.toBeUndefined()
   })
