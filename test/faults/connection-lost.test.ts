@@ -9,7 +9,8 @@ import { versionIndependentPass } from '../helpers/test-passes.js'
 // Found by the database-fault tests: the completion transaction runs on a client checked out of
 // the pool, and pg emits a socket error on that client as an 'error' event. With no listener,
 // the process dies (every request in flight with it). A connection cut between two statements of
-// the transaction must end in a rejected completion, never in a dead process. The cut is on the
+// the transaction must end in a completion that lands on a retry, or one refused with the
+// engine's error, never in a dead process. The cut is on the
 // client's side of the socket, the same on every PostgreSQL, so this runs in one pass.
 let db: TestDatabase
 let proxy: DatabaseProxy
@@ -26,7 +27,7 @@ afterAll(async () => {
 })
 
 describe.skipIf(!versionIndependentPass)('the database connection lost inside the completion transaction', () => {
-  it('rejects the completion and the process lives on', { timeout: 30_000 }, async () => {
+  it('the process lives on, and the completion lands on a retry or is refused', { timeout: 30_000 }, async () => {
     const fixture = path.join(REPO_ROOT, 'test/faults/fixtures/connection-lost-in-transaction.ts')
     const child = spawn(process.execPath, ['--import', 'tsx', fixture, proxy.url, db.schema, '7'], { cwd: REPO_ROOT, stdio: ['pipe', 'pipe', 'pipe'] })
     let stdout = ''
@@ -42,10 +43,13 @@ describe.skipIf(!versionIndependentPass)('the database connection lost inside th
       void exited.then(() => reject(new Error(`the worker exited early:\n${stdout}\n${stderr}`)))
     })
     await proxy.down()
-    // Lets the worker's transaction go on to its COMMIT on the dead connection.
+    // Lets the worker's transaction go on to its COMMIT on the dead connection; the database
+    // comes back half a second later, while the engine may still be retrying the completion.
     child.stdin.end('go\n')
-    const { code } = await exited
+    await new Promise((resolve) => setTimeout(resolve, 500))
     await proxy.up()
-    expect({ code, said: stdout.trim().split('\n').at(-1) }, stderr).toEqual({ code: 0, said: expect.stringMatching(/^rejected: /) as unknown })
+    const { code } = await exited
+    // Alive, and the completion either landed on a retry or was refused with the engine's error.
+    expect({ code, said: stdout.trim().split('\n').at(-1) }, stderr).toEqual({ code: 0, said: expect.stringMatching(/^(completed|rejected: ONCELY_)/) as unknown })
   })
 })
