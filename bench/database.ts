@@ -2,7 +2,7 @@ import { chmod, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
-import { startEmbeddedPostgres, type EmbeddedDatabase } from '../src/cli/embedded-postgres.js'
+import { startEmbeddedPostgres, type EmbeddedDatabase } from '../src/embedded-postgres/start.js'
 
 /** A database of the benchmark's own, dropped at the end: on `DATABASE_URL`, or an embedded server. */
 export interface BenchDatabase {

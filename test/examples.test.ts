@@ -32,3 +32,22 @@ describe('README examples', () => {
     expect(readme).toContain('```ts\n' + example + '```')
   })
 })
+
+describe('framework examples', () => {
+  // Each prints what its closing comments say: a charge, its replay, a 422, one provider call and one row.
+  for (const framework of ['express', 'fastify', 'hono', 'node', 'nestjs']) {
+    it(`examples/${framework}.ts runs and prints what its comments say`, { timeout: 60_000 }, async () => {
+      const file = fileURLToPath(new URL(`../examples/${framework}.ts`, import.meta.url))
+      const own = await createTestDatabase()
+      try {
+        const { stdout } = await run(process.execPath, ['--import', 'tsx', file], { env: { ...process.env, DATABASE_URL: own.url, ONCELY_SCHEMA: own.schema } })
+        const source = await readFile(file, 'utf8')
+        const promised = [...source.matchAll(/^\/\/ (\d{3} .*)$|\/\/ (provider charges: .*)$/gm)].map((match) => match[1] ?? match[2])
+        expect(promised).toHaveLength(4)
+        expect(stdout.trim().split('\n')).toEqual(promised)
+      } finally {
+        await own.close()
+      }
+    })
+  }
+})

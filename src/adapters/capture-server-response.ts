@@ -1,11 +1,15 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { HttpAnswer } from './answers.js'
 import { toBytes } from './body.js'
-import type { GuardedExecution } from './guarded-execution.js'
 import type { CapturedResponse } from './request-context.js'
 
 type Callback = (error?: Error | null) => void
 type End = (chunk: Uint8Array, callback?: Callback) => void
+
+/** Decides what to send for a captured response: a replacement, or `null` to send it as it is. Never rejects. */
+export interface ResponseSettler {
+  settle(captured: CapturedResponse): Promise<HttpAnswer | null>
+}
 
 /**
  * Holds a `node:http` response (Express's too) until its outcome is settled: `writeHead`,
@@ -13,7 +17,7 @@ type End = (chunk: Uint8Array, callback?: Callback) => void
  * response as streamed, and the first answer alone goes on the wire, as it was stored, once
  * `guard.settle` has stored it or chosen a replacement. A second answer is dropped.
  */
-export function captureServerResponse<Tx>(res: ServerResponse, guard: GuardedExecution<Tx>, log: (line: string) => void): void {
+export function captureServerResponse(res: ServerResponse, guard: ResponseSettler, log: (line: string) => void): void {
   const original = { write: res.write.bind(res), end: res.end.bind(res), writeHead: res.writeHead.bind(res), flushHeaders: res.flushHeaders.bind(res) }
   // Headers set before the handler ran (CORS, request ids) survive a replacement answer.
   const earlier = new Set(res.getHeaderNames())

@@ -1,6 +1,7 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import { requestHasBody } from './body.js'
 import { captureServerResponse, sendAnswer } from './capture-server-response.js'
+import { routePattern } from './express-route.js'
 import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext, type RegisteredTx } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
@@ -33,7 +34,7 @@ declare module 'express-serve-static-core' {
  * })
  * ```
  */
-export function idempotency<Tx = unknown>(options: AdapterOptions<Request, Tx>): RequestHandler {
+export function idempotency<Tx extends RegisteredTx = RegisteredTx>(options: AdapterOptions<Request, Tx>): RequestHandler {
   const resolved = resolveAdapterOptions(options)
   return async function oncelyIdempotency(req: Request, res: Response, next: NextFunction): Promise<void> {
     const route = routePattern(req)
@@ -56,10 +57,4 @@ export function idempotency<Tx = unknown>(options: AdapterOptions<Request, Tx>):
     captureServerResponse(res, gate.guard, resolved.log)
     next()
   }
-}
-
-/** The matched route's pattern, with its mount path; the path when mounted globally. */
-function routePattern(req: Request): string {
-  const routePath: unknown = (req.route as { path?: unknown } | undefined)?.path
-  return typeof routePath === 'string' ? `${req.baseUrl}${routePath}` : `${req.baseUrl}${req.path}`
 }

@@ -22,11 +22,11 @@ declare module 'fastify' {
 }
 
 /** Options of `oncelyFastify`. */
-export type OncelyFastifyOptions<Tx = unknown> = AdapterOptions<FastifyRequest, Tx>
+export type OncelyFastifyOptions<Tx = RegisteredTx> = AdapterOptions<FastifyRequest, Tx>
 
 const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options) => {
   const resolved = resolveAdapterOptions(options)
-  const guards = new WeakMap<FastifyRequest, { guard: GuardedExecution<unknown>; earlier: ReadonlySet<string> }>()
+  const guards = new WeakMap<FastifyRequest, { guard: GuardedExecution<RegisteredTx>; earlier: ReadonlySet<string> }>()
   const threw = new WeakMap<FastifyRequest, unknown>()
   const unkeyed = new WeakMap<FastifyRequest, (status: number) => void>()
   fastify.decorateRequest('idempotency', null)

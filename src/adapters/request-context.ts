@@ -28,7 +28,7 @@ export interface IdempotencyContext<Tx = unknown> {
    * at all (Invariant 8). They run only when the response is stored (`status < 400`, or a 4xx
    * after a step), in registration order.
    */
-  writeOnCompletion(work: CompletionWork<Tx>): void
+  readonly writeOnCompletion: (this: void, work: CompletionWork<Tx>) => void
 }
 
 /** The parts of a request that enter its fingerprint, plus its key header. */

@@ -12,13 +12,15 @@ export interface Command {
   run(argv: string[]): Promise<number>
 }
 
-/** Exit codes shared by every command (documented in docs/cli.md). */
+/** Exit codes shared by every command (docs/cli.md, "Exit codes"). */
 export const EXIT = {
   ok: 0,
   /** The command ran and its outcome was a failure (a check failed, a request got a 4xx…). */
   failure: 1,
   /** Bad usage: unknown flag, missing argument, bad value. */
   usage: 2,
+  /** The database could not be reached: refused, unknown host, no such database, authentication. */
+  unreachable: 3,
 } as const
 
 /** Thrown by a command for bad usage; `main.ts` prints it with the command's help hint. */

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { readFileSync } from 'node:fs'
 import { EXIT, UsageError, type Command } from './command.js'
 
 /** Every command, by name; `commands/<name>.ts` is loaded only when asked for. */
@@ -12,16 +13,38 @@ const COMMANDS: Record<string, { summary: string }> = {
   request: { summary: 'send a request with a persisted key and safe retries' },
   keys: { summary: 'list, show and release idempotency keys' },
   stats: { summary: 'counts by state, oldest running claim, table size, sweeper lag' },
+  relay: { summary: 'publish the outbox to EVENTS_URL (NATS, RabbitMQ) or the log' },
+  outbox: { summary: 'list dead or waiting events, re-queue dead ones' },
+  reconcile: { summary: 'settle stuck claims now, printing each decision' },
+  console: { summary: "the operators' web console against DATABASE_URL" },
 }
 
 function usage(): string {
   const width = Math.max(...Object.keys(COMMANDS).map((name) => name.length))
   const lines = Object.entries(COMMANDS).map(([name, { summary }]) => `  ${name.padEnd(width)}  ${summary}`)
-  return ['usage: oncely <command> [flags]', '', 'commands:', ...lines, `  ${'help'.padEnd(width)}  this text; \`oncely <command> --help\` for one command`, ''].join('\n')
+  return [
+    'usage: oncely <command> [flags]',
+    '',
+    'commands:',
+    ...lines,
+    `  ${'help'.padEnd(width)}  this text; \`oncely <command> --help\` for one command`,
+    '',
+    'oncely --version prints the version.',
+    '',
+  ].join('\n')
+}
+
+/** The package's version: package.json sits two folders up from both src/cli/ and dist/cli/. */
+function version(): string {
+  return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version
 }
 
 export async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv
+  if (name === '--version' || name === '-v') {
+    process.stdout.write(`${version()}\n`)
+    return EXIT.ok
+  }
   if (name === undefined || name === 'help' || name === '--help' || name === '-h') {
     const topic = name === 'help' ? rest[0] : undefined
     if (topic === undefined) {

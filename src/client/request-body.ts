@@ -19,7 +19,7 @@ export type RequestBody = string | ArrayBuffer | ArrayBufferView | URLSearchPara
 
 export type JsonValue = null | boolean | number | string | readonly JsonValue[] | { readonly [key: string]: JsonValue | undefined }
 
-/** A body rendered once: every attempt sends exactly `bytes`. */
+/** A body rendered once: every attempt sends exactly `bytes`, which nothing else holds. */
 export interface EncodedBody {
   readonly bytes: Uint8Array | undefined
   readonly contentType: string | undefined
@@ -43,14 +43,10 @@ export function encodeBody(body: RequestBody | undefined, contentType: string | 
     const bytes = Buffer.from(body, 'utf8')
     return { bytes, contentType: 'text/plain; charset=utf-8', fingerprint: isJsonContentType(contentType) ? jsonTextFingerprint(body, bytes) : bytesFingerprint(bytes) }
   }
-  if (ArrayBuffer.isView(body)) {
+  if (ArrayBuffer.isView(body) || body instanceof ArrayBuffer) {
     // Copied once, now: a caller that reuses its buffer during a backoff wait must not change
     // what a retry sends under the same key.
-    const bytes = new Uint8Array(body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength))
-    return { bytes, contentType: 'application/octet-stream', fingerprint: bytesFingerprint(bytes) }
-  }
-  if (body instanceof ArrayBuffer) {
-    const bytes = new Uint8Array(body.slice(0))
+    const bytes = (ArrayBuffer.isView(body) ? new Uint8Array(body.buffer, body.byteOffset, body.byteLength) : new Uint8Array(body)).slice()
     return { bytes, contentType: 'application/octet-stream', fingerprint: bytesFingerprint(bytes) }
   }
   if (body instanceof URLSearchParams) {

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { describeAttempt, type Attempt } from './attempt.js'
+import { attemptBody } from './body-stream.js'
 import { backoffDelay, parseRetryAfter } from './backoff.js'
 import { ClientAbortedError, ClientGaveUpError, ClientRequestFailedError } from './client-errors.js'
 import type { ResolvedClientOptions } from './options.js'
@@ -94,16 +95,25 @@ async function attemptOnce(request: PreparedRequest, timeoutMs: number, fetch: t
   try {
     // A redirect is returned, never followed: a 303 would turn the POST into a GET that still
     // carries the key, and a 307 would send the key and the caller's credentials elsewhere.
-    const res = await fetch(request.url, { method: request.method, headers: request.headers, body: request.body ?? null, signal, redirect: 'manual' })
+    const { body, duplex, contentLength } = attemptBody(request.body)
+    const headers = contentLength === undefined ? request.headers : withContentLength(request.headers, contentLength)
+    const init: RequestInit & { duplex?: 'half' } = { method: request.method, headers, body, signal, redirect: 'manual', ...(duplex ? { duplex } : {}) }
+    const res = await fetch(request.url, init)
     // The body is read inside the attempt: a cut halfway through it is a failed attempt.
-    const body = Buffer.from(await res.arrayBuffer())
-    return { kind: 'response', status: res.status, headers: res.headers, body }
+    const received = Buffer.from(await res.arrayBuffer())
+    return { kind: 'response', status: res.status, headers: res.headers, body: received }
   } catch (error) {
     if (timeout.aborted && !request.signal?.aborted) {
       return { kind: 'error', error: new AttemptTimeoutError(`no whole response within ${timeoutMs} ms`, { cause: error }) }
     }
     return { kind: 'error', error: error instanceof Error ? error : new Error(String(error)) }
   }
+}
+
+function withContentLength(headers: Headers, contentLength: string): Headers {
+  const copy = new Headers(headers)
+  copy.set('content-length', contentLength)
+  return copy
 }
 
 function gaveUp(reason: string, attempts: readonly Attempt[], response: ClientResponse | undefined, request: PreparedRequest): ClientGaveUpError {

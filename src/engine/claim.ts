@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { OncelyError } from '../errors.js'
 import { decide } from './decide.js'
+import { storedFingerprint } from './fingerprint.js'
 import type { ResolvedEngineOptions } from './options.js'
 import { retryTransient } from './retry.js'
 import type { ClaimKind, ClaimSnapshot, ClaimState, IdempotencyRequest, StoredResponse } from './types.js'
@@ -25,6 +26,8 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
   const deadline = performance.now() + options.claimRetryMs
   const retrying = <T>(what: string, attempt: () => Promise<T>, onTransient?: () => void) =>
     retryTransient(what, (error) => store.isTransientError(error), () => deadline, attempt, onTransient)
+  // Only the current rule's part is stored; the request's whole value is what `decide` compares.
+  const fingerprint = storedFingerprint(request.fingerprint)
   const claimId = randomUUID()
   const fenceToken = randomUUID()
   let tried: ClaimKind = 'new'
@@ -33,7 +36,7 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
 
   for (let round = 0; round < ROUNDS; round++) {
     const attempt = await retrying(`claim of key ${JSON.stringify(request.key)}`, () =>
-      store.claim({ ...request, ttlMs, claimId, fenceToken }),
+      store.claim({ ...request, fingerprint, ttlMs, claimId, fenceToken }),
     )
     if (attempt.kind === 'inserted') return { kind: 'owned', claim: attempt.claim, how: 'new' }
     const { snapshot } = attempt
@@ -68,7 +71,7 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
         let ambiguous = false
         const fresh = await retrying(
           `reclaim of key ${JSON.stringify(request.key)}`,
-          () => store.reclaimExpired(snapshot, { fingerprint: request.fingerprint, ttlMs, claimId, fenceToken }),
+          () => store.reclaimExpired(snapshot, { fingerprint, ttlMs, claimId, fenceToken }),
           () => (ambiguous = true),
         )
         if (fresh) return { kind: 'owned', claim: fresh, how: 'reclaimed-expired' }

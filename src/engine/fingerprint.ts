@@ -14,15 +14,34 @@ export interface FingerprintInput {
    * `pickQuery`. Tracking or cache-busting parameters stay out. (Default: none)
    */
   query?: Readonly<Record<string, string | readonly string[]>>
-  /** The parsed JSON body, or raw bytes for a body that is not JSON. (Default: no body) */
+  /**
+   * The parsed JSON body, raw bytes (`Uint8Array`) for a body that is not JSON, or a string for a
+   * text body when `mediaType` says it is not JSON. `undefined` is "no body", which never equals
+   * a JSON `null`. (Default: no body)
+   */
   body?: unknown
+  /**
+   * The request's `Content-Type`. Tags a byte or text body with its media type (parameters such as
+   * `charset` dropped, case folded), and tells a text body (`text/plain`: a string) from a JSON
+   * string (`application/json`, `+json`, or no media type). (Default: none)
+   */
+  mediaType?: string
 }
+
+/** The rule version this release makes fingerprints with; a stored older one is still compared by its own rule. */
+export const FINGERPRINT_VERSION = 2
 
 /**
  * SHA-256 (hex) of the RFC 8785 canonical JSON of method, route, path parameters, the chosen
- * query parameters and the body (Invariant 5). Equal JSON written differently (key order,
- * whitespace, `1.0` vs `1`) gives the same fingerprint. Nothing volatile goes in: leave dates,
- * trace ids and client timestamps out of the input.
+ * query parameters and the body, tagged by its kind (none, JSON, text, bytes) and, for text and
+ * bytes, its media type, so no two different requests share a fingerprint (Invariant 5). Equal
+ * JSON written differently (key order, whitespace, `1.0` vs `1`) gives the same fingerprint.
+ * Nothing volatile goes in: leave dates, trace ids and client timestamps out of the input.
+ *
+ * The value is versioned, `v2:<hex>`, and carries the previous rule's hash after it
+ * (`v2:<hex>;v1:<hex>`), so a key stored by an older release is still compared by the rule that
+ * made it: a key in flight during a deploy never turns into a 422. The engine stores only the
+ * first part. Treat the value as opaque.
  *
  * @example
  * ```ts
@@ -33,16 +52,85 @@ export interface FingerprintInput {
  * ```
  */
 export function fingerprintRequest(input: FingerprintInput): string {
-  const body = input.body instanceof Uint8Array ? { bytes: Buffer.from(input.body).toString('base64') } : input.body
-  const canonical = canonicalize({
+  const common = {
     method: input.method.toUpperCase(),
     route: input.route,
     params: input.params ?? {},
     query: input.query ?? {},
-    body: body === undefined ? null : body,
-  })
+  }
+  const v2 = hash({ v: FINGERPRINT_VERSION, ...common, body: taggedBody(input.body, input.mediaType) })
+  return `v${FINGERPRINT_VERSION}:${v2};v1:${legacyV1(common, input.body)}`
+}
+
+/** Version 2: the body's kind is part of what is hashed. */
+function taggedBody(body: unknown, mediaType: string | undefined): unknown {
+  const essence = mediaType === undefined ? undefined : mediaType.split(';')[0]?.trim().toLowerCase()
+  if (body === undefined) return { kind: 'none' }
+  if (body instanceof Uint8Array) return { kind: 'bytes', mediaType: essence ?? null, base64: Buffer.from(body).toString('base64') }
+  if (typeof body === 'string' && essence !== undefined && !isJsonMediaType(essence)) return { kind: 'text', mediaType: essence, text: body }
+  return { kind: 'json', value: body }
+}
+
+function isJsonMediaType(essence: string): boolean {
+  return essence === 'application/json' || essence.endsWith('+json')
+}
+
+/** Version 1, as releases before the versioned fingerprint made it (bare hex, kinds untagged). */
+function legacyV1(common: Record<string, unknown>, rawBody: unknown): string {
+  const body = rawBody instanceof Uint8Array ? { bytes: Buffer.from(rawBody).toString('base64') } : rawBody
+  return hash({ ...common, body: body === undefined ? null : body })
+}
+
+function hash(value: unknown): string {
+  const canonical = canonicalize(value)
   if (canonical === undefined) throw new TypeError('request fingerprint input cannot be rendered as JSON')
   return createHash('sha256').update(canonical).digest('hex')
+}
+
+const VERSIONED = /^v(\d+):([0-9a-f]{64})$/
+const LEGACY_V1 = /^[0-9a-f]{64}$/
+
+/** The hash of each rule a fingerprint value carries, by version; empty for an opaque value. */
+function hashesOf(fingerprint: string): Map<number, string> {
+  const hashes = new Map<number, string>()
+  for (const part of fingerprint.split(';')) {
+    const match = VERSIONED.exec(part)
+    if (!match) return new Map()
+    hashes.set(Number(match[1]), match[2] ?? '')
+  }
+  return hashes
+}
+
+/** What the engine stores for a request's fingerprint: its current rule's part only. */
+export function storedFingerprint(fingerprint: string): string {
+  const first = fingerprint.split(';')[0] ?? fingerprint
+  return hashesOf(fingerprint).size > 0 ? first : fingerprint
+}
+
+/**
+ * Whether a stored fingerprint and a request's fingerprint name the same request: compared by
+ * the rule the stored one was made with (a bare 64-hex value is version 1), using the hash of
+ * that rule the request's value carries. Values that are not versioned fingerprints (a custom
+ * fingerprint) compare as plain strings.
+ *
+ * @example
+ * ```ts
+ * import { fingerprintRequest, fingerprintsMatch } from 'oncely'
+ * const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1 } })
+ * console.assert(fingerprintsMatch(fingerprint.split(';')[0]!, fingerprint))
+ * ```
+ */
+export function fingerprintsMatch(stored: string, incoming: string): boolean {
+  if (stored === incoming) return true
+  const incomingHashes = hashesOf(incoming)
+  if (incomingHashes.size === 0) return false
+  const version = LEGACY_V1.test(stored) ? { number: 1, hash: stored } : versionOf(stored)
+  return version !== undefined && incomingHashes.get(version.number) === version.hash
+}
+
+function versionOf(stored: string): { number: number; hash: string } | undefined {
+  const match = VERSIONED.exec(stored)
+  return match ? { number: Number(match[1]), hash: match[2] ?? '' } : undefined
 }
 
 /**
@@ -61,7 +149,3 @@ export function pickQuery(
   return picked
 }
 
-/** Whether a stored fingerprint and a request's fingerprint name the same request. */
-export function fingerprintsMatch(stored: string, incoming: string): boolean {
-  return stored === incoming
-}

@@ -16,6 +16,12 @@ export interface ClaimRequest {
   fenceToken: string
 }
 
+/**
+ * The part of a snapshot a take-over or a reclaim compares (a whole `ClaimSnapshot` will do):
+ * the claim's identity and the token its holder had, null when it was suspended.
+ */
+export type SeenClaim = Pick<ClaimSnapshot, 'scope' | 'key' | 'claimId' | 'fenceToken'>
+
 /** What a take-over needs besides the snapshot it judged. */
 export interface TakeOverInput {
   /** The new holder's token, minted by the caller. */
@@ -68,14 +74,23 @@ export interface IdempotencyStore<Tx = unknown> {
    * Re-checks staleness in the database's clock, keeps the claim's identity (so step keys are
    * the same), marks it interrupted and pushes its expiry to at least `ttlMs` from now.
    * Resolves to the new holder's state, or null when the claim changed since `seen`. Any
-   * process may call it with a snapshot it read, the reconciler included.
+   * process may call it with a snapshot it read, the reconciler included: pass the staleness it
+   * requires (never below the engine's `staleAfterMs`, or a live owner could lose its claim) and
+   * a token minted with `crypto.randomUUID()`.
+   *
+   * @example
+   * ```ts
+   * import { randomUUID } from 'node:crypto'
+   * const seen = await store.read('42', 'order-42')
+   * const claim = seen && (await store.takeOver(seen, { fenceToken: randomUUID(), staleAfterMs: 180_000, ttlMs: 86_400_000 }))
+   * ```
    */
-  takeOver(seen: ClaimSnapshot, take: TakeOverInput): Promise<ClaimState | null>
+  takeOver(seen: SeenClaim, take: TakeOverInput): Promise<ClaimState | null>
   /**
    * Resets a completed or failed key past its TTL to a fresh claim with a new identity. Never
    * matches an `in_progress` claim (Invariant 11). Null when it is no longer expired or settled.
    */
-  reclaimExpired(seen: ClaimSnapshot, request: ReclaimInput): Promise<ClaimState | null>
+  reclaimExpired(seen: SeenClaim, request: ReclaimInput): Promise<ClaimState | null>
   /** Commits one phase's result and moves the recovery point. */
   commitPhase(fence: Fence, phase: string, result: unknown): Promise<boolean>
   /** Records an at-most-once step as started, before its function runs. */

@@ -65,6 +65,8 @@ export interface OncelyMetrics {
   observePayload(this: void, request: { scope: string; key: string; fingerprint: string; route?: string }): void
   /** Records one reconciler decision; pass it as the reconciler's `onDecision`. */
   onReconcile(this: void, decision: { decision: ReconcileDecisionName }): void
+  /** Requests so far by outcome, for the console's live rates. */
+  outcomeTotals(this: void): Promise<Record<string, number>>
 }
 
 /**
@@ -155,6 +157,10 @@ export function createMetrics(options: MetricsOptions = {}): OncelyMetrics {
     observePayload,
     onReconcile(event: { decision: ReconcileDecisionName }) {
       reconciled.labels(event.decision).inc()
+    },
+    async outcomeTotals() {
+      const { values } = await requests.get()
+      return Object.fromEntries(values.map((value) => [String(value.labels.outcome), value.value]))
     },
   })
 }

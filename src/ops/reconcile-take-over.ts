@@ -1,7 +1,6 @@
+import { randomUUID } from 'node:crypto'
+import type { IdempotencyStore } from '../engine/store.js'
 import type { ClaimState } from '../engine/types.js'
-import type { PoolLike } from '../store/postgres/executor.js'
-import { quoteSchema } from '../store/postgres/schema-name.js'
-import { buildStatements, type TakeOverRow } from '../store/postgres/statements.js'
 import type { ReconcilableRow } from '../store/postgres/statements-ops.js'
 
 /**
@@ -10,10 +9,7 @@ import type { ReconcilableRow } from '../store/postgres/statements-ops.js'
  * `olderThanMs` (never below the stale threshold) is re-checked in the database's clock, so an
  * owner that renewed meanwhile keeps its claim. Resolves to the new holder's state, or null.
  */
-export async function takeOverForReconcile(pool: PoolLike, schema: string, seen: ReconcilableRow, olderThanMs: number): Promise<ClaimState | null> {
-  const { takeOver } = buildStatements(quoteSchema(schema), undefined)
-  const { rows } = await pool.query<TakeOverRow>({ text: takeOver.text, values: [seen.user_id, seen.key, seen.claim_id, seen.lock_token, seen.request_hash, olderThanMs] })
-  const won = rows[0]
-  if (!won) return null
-  return { scope: seen.user_id, key: seen.key, claimId: seen.claim_id, fenceToken: won.lock_token, recoveryPoint: won.recovery_point, phases: won.phase_data }
+export async function takeOverForReconcile(store: IdempotencyStore<unknown>, seen: ReconcilableRow, olderThanMs: number, ttlMs: number): Promise<ClaimState | null> {
+  const claim = { scope: seen.user_id, key: seen.key, claimId: seen.claim_id, fenceToken: seen.lock_token }
+  return store.takeOver(claim, { fenceToken: randomUUID(), staleAfterMs: olderThanMs, ttlMs })
 }

@@ -144,9 +144,9 @@ export function resolveReconcileOptions<Tx>(options: ReconcileOptions<Tx>) {
 
 async function reconcileOne<Tx>(options: Resolved<Tx>, pool: AdminDatabase['pool'], schema: string, row: ReconcilableRow, detailSql: string): Promise<ReconcileReport> {
   const base = { scope: row.user_id, key: row.key, claimId: row.claim_id }
-  const claim = await takeOverForReconcile(pool, schema, row, options.olderThanMs)
-  if (claim === null) return { ...base, decision: 'skipped', detail: 'someone else took the claim over or settled it first' }
   const { store, leaseRenewMs, ttlMs } = options.engine.options
+  const claim = await takeOverForReconcile(store, row, options.olderThanMs, ttlMs)
+  if (claim === null) return { ...base, decision: 'skipped', detail: 'someone else took the claim over or settled it first' }
   const fence: Fence = { scope: claim.scope, key: claim.key, fenceToken: claim.fenceToken }
   const { rows } = await pool.query<{ created_at: string; locked_at: string; expired: boolean }>({ text: detailSql, values: [claim.scope, claim.key, claim.fenceToken] })
   const detail = rows[0]

@@ -2,6 +2,7 @@ import { positiveInteger } from '../engine/options.js'
 
 /** What the sweeper needs from a store. */
 export interface SweepableStore {
+  /** Deletes up to `batchSize` expired completed or failed keys; resolves to how many. */
   sweepExpired(batchSize: number): Promise<number>
 }
 
@@ -15,9 +16,11 @@ export interface SweepOptions {
 }
 
 /**
- * Deletes expired keys in small batches until none is left or `maxBatches` is reached
- * (Invariant 9). Each batch is one statement that skips rows other transactions hold and checks
- * expiry again on the locked row, so a key being reclaimed is never deleted.
+ * Deletes expired completed and failed keys in small batches until none is left or `maxBatches`
+ * is reached (Invariant 9). Each batch is one statement that skips rows other transactions hold
+ * and checks expiry again on the locked row, so a key being reclaimed is never deleted. A running
+ * claim is never deleted, however old (Invariant 11): its steps may be the only record of a real
+ * side effect; it is taken over by a retry or settled by the reconciler.
  *
  * @example
  * ```ts

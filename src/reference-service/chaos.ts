@@ -1,5 +1,5 @@
 /** The points of a request at which `CHAOS=1` lets `X-Chaos-Crash` kill the API. */
-export const CRASH_POINTS = ['after-claim', 'after-provider'] as const
+export const CRASH_POINTS = ['after-claim', 'after-provider', 'after-complete'] as const
 export type CrashPoint = (typeof CRASH_POINTS)[number]
 
 /** Decides, per request, whether to die at a point; a no-op unless chaos is on. */

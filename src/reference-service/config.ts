@@ -36,6 +36,12 @@ export interface ServiceConfig {
   reconcileAfterMs: number
   /** Serves `/console` on a non-loopback host, and requires it on any. (Default: none) */
   consoleToken: string | undefined
+  /** Where the in-process relay publishes the outbox: `nats://…` or `amqp://…`; none: to the log. (Default: none) */
+  eventsUrl: string | undefined
+  /** Run the outbox relay in-process; turn off when `oncely relay` runs beside it. (Default: true) */
+  relay: boolean
+  /** NOTIFY the relay in each completion transaction (it serialises commits); off, the relay's poll bounds the latency. (Default: true) */
+  outboxNotify: boolean
 }
 
 /** A bad setting: the service refuses to start and names it. */
@@ -61,6 +67,9 @@ export const ENV = {
   chaos: 'CHAOS',
   reconcileAfterMs: 'RECONCILE_AFTER_MS',
   consoleToken: 'CONSOLE_TOKEN',
+  eventsUrl: 'EVENTS_URL',
+  relay: 'ONCELY_RELAY',
+  outboxNotify: 'OUTBOX_NOTIFY',
 } as const
 
 /**
@@ -93,9 +102,13 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
     migrate: true,
     reconcileAfterMs: integer(ENV.reconcileAfterMs, read(ENV.reconcileAfterMs), 2 * staleAfterMs, { min: 0 }),
     consoleToken: read(ENV.consoleToken),
+    eventsUrl: read(ENV.eventsUrl),
+    relay: read(ENV.relay) === undefined ? true : flag(ENV.relay, read(ENV.relay)),
+    outboxNotify: read(ENV.outboxNotify) === undefined ? true : flag(ENV.outboxNotify, read(ENV.outboxNotify)),
     ...dropUndefined(overrides),
   }
   if (config.providerUrl !== undefined) checkUrl(ENV.providerUrl, config.providerUrl)
+  if (config.eventsUrl !== undefined && !/^(nats|amqps?):\/\/./.test(config.eventsUrl)) throw new ConfigError(`${ENV.eventsUrl} must be a nats:// or amqp:// URL`)
   // A lower threshold would let the reconciler take over a claim whose owner still renews it.
   if (config.reconcileAfterMs !== 0 && config.reconcileAfterMs < config.staleAfterMs) {
     throw new ConfigError(`${ENV.reconcileAfterMs} must be 0 or at least ${ENV.staleAfterMs} (${config.staleAfterMs}); got ${config.reconcileAfterMs}`)

@@ -6,6 +6,7 @@ import type { ChargeInput } from './charge-input.js'
 import type { Chaos, CrashPoint } from './chaos.js'
 import type { StrategyName } from './config.js'
 import type { ProviderClient } from './provider-client.js'
+import type { Outbox } from '../outbox/index.js'
 
 /** What every route of the service is built from. */
 export interface ServiceDeps {
@@ -15,6 +16,8 @@ export interface ServiceDeps {
   chaos: Chaos
   metrics: OncelyMetrics
   strategy: StrategyName
+  /** Where a completion writes its `charge.succeeded` event. */
+  outbox: Outbox
   log: (line: string) => void
 }
 

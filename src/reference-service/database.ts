@@ -1,30 +1,42 @@
-import { chmod, mkdir, readFile, stat } from 'node:fs/promises'
+import { chmod, mkdir, stat } from 'node:fs/promises'
 import { userInfo } from 'node:os'
 import path from 'node:path'
-import { embeddedPostgresUrl, startEmbeddedPostgres } from '../cli/embedded-postgres.js'
+import { runningServer, stopServer, waitForExit } from '../embedded-postgres/running-server.js'
+import { EmbeddedPostgresMissingError, embeddedPostgresUrl, startEmbeddedPostgres } from '../embedded-postgres/start.js'
 
 /** The database the service runs on, and how to let it go. */
 export interface ServiceDatabase {
   readonly url: string
   /** What it is, for the start-up lines. */
   readonly description: string
+  /** Whether it was left running by a service that died, rather than started now. */
+  readonly adopted: boolean
   stop(): Promise<void>
 }
+
+/** How long a stop waits for PostgreSQL's fast shutdown before an immediate one. */
+const STOP_GRACE_MS = 3000
 
 /**
  * `DATABASE_URL` when set; otherwise the embedded PostgreSQL under `dataDir`, started, or, when a
  * previous run was killed and left its server running (SIGKILL reaps no children), adopted, so a
- * restart after a crash finds its data where it left it.
+ * restart after a crash finds its data where it left it. The caller holds the data folder's
+ * claim (folder-owner.ts), so a server found running is a leftover, never a live service's.
  */
 export async function openDatabase(options: { databaseUrl: string | undefined; dataDir: string; log: (line: string) => void }): Promise<ServiceDatabase> {
   if (options.databaseUrl !== undefined) {
-    return { url: options.databaseUrl, description: 'PostgreSQL at DATABASE_URL', stop: async () => {} }
+    return { url: options.databaseUrl, description: 'PostgreSQL at DATABASE_URL', adopted: false, stop: async () => {} }
   }
   const dataDir = path.resolve(options.dataDir)
-  const orphan = await runningServer(dataDir)
+  const orphan = runningServer(dataDir)
   if (orphan) {
-    options.log(`reusing the embedded PostgreSQL left running in ${dataDir} (pid ${orphan.pid})`)
-    return { url: embeddedPostgresUrl(orphan.port), description: `embedded PostgreSQL in ${dataDir}`, stop: () => stopPid(orphan.pid) }
+    options.log(`adopting the embedded PostgreSQL left running in ${dataDir} (pid ${orphan.pid}) by a service that stopped without stopping it`)
+    return {
+      url: embeddedPostgresUrl(orphan.port),
+      description: `embedded PostgreSQL in ${dataDir} (pid ${orphan.pid}, adopted)`,
+      adopted: true,
+      stop: () => stopServer(orphan.pid, STOP_GRACE_MS),
+    }
   }
   if (userInfo().uid === 0) await makeReachable(dataDir, options.log)
   const lines: string[] = []
@@ -33,60 +45,25 @@ export async function openDatabase(options: { databaseUrl: string | undefined; d
   try {
     embedded = await startEmbeddedPostgres({ dataDir, onLog: (line) => lines.push(line) })
   } catch (cause) {
-    throw new Error(`the embedded PostgreSQL in ${dataDir} did not start:\n${lines.slice(-20).join('')}`, { cause })
+    if (cause instanceof EmbeddedPostgresMissingError) throw cause
+    const reason = cause instanceof Error ? cause.message : 'the server exited during start-up'
+    throw new Error(`the embedded PostgreSQL in ${dataDir} did not start: ${reason}\n${lines.slice(-20).join('')}`.trimEnd(), { cause })
   } finally {
     signalListeners.restore()
   }
-  const pid = (await runningServer(dataDir))?.pid
+  const pid = runningServer(dataDir)?.pid
   return {
     url: embedded.url,
-    description: `embedded PostgreSQL in ${dataDir}`,
+    description: `embedded PostgreSQL in ${dataDir}${pid === undefined ? '' : ` (pid ${pid})`}`,
+    adopted: false,
     // If a Ctrl-C in the terminal already reached PostgreSQL, the package's stop() never hears
-    // the exit it waits for; the server's own pid settles it either way.
+    // the exit it waits for; the server's own pid settles it either way, and bounds the wait.
     stop: async () => {
-      await Promise.race([embedded.stop(), pid === undefined ? new Promise(() => {}) : waitForExit(pid)])
+      if (pid === undefined) return embedded.stop()
+      void embedded.stop().catch(() => {})
+      if (!(await waitForExit(pid, STOP_GRACE_MS))) await stopServer(pid, 0)
     },
   }
-}
-
-/** Reads `postmaster.pid`: the server's pid (line 1) and port (line 4), if that process is alive. */
-async function runningServer(dataDir: string): Promise<{ pid: number; port: number } | undefined> {
-  let text: string
-  try {
-    text = await readFile(path.join(dataDir, 'postmaster.pid'), 'utf8')
-  } catch {
-    return undefined
-  }
-  const lines = text.split('\n')
-  const pid = Number(lines[0])
-  const port = Number(lines[3])
-  if (!Number.isSafeInteger(pid) || pid <= 0 || !Number.isSafeInteger(port) || port <= 0) return undefined
-  return isAlive(pid) ? { pid, port } : undefined
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM'
-  }
-}
-
-async function stopPid(pid: number): Promise<void> {
-  try {
-    // SIGINT is PostgreSQL's fast shutdown: clients are disconnected, data is kept.
-    process.kill(pid, 'SIGINT')
-  } catch {
-    return
-  }
-  await waitForExit(pid)
-}
-
-async function waitForExit(pid: number, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  // Polling is the only portable way to wait for a process this one did not start.
-  while (isAlive(pid) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
 }
 
 /**

@@ -1,8 +1,12 @@
-import type { MiddlewareHandler } from 'hono'
+import type { Hono, MiddlewareHandler } from 'hono'
+import { createConsole } from '../ops/console/console-handler.js'
 import { createMetrics, type OncelyMetrics, type RequestOutcomeEvent } from '../ops/metrics.js'
 import { fingerprintRequest } from '../index.js'
-import type { PostgresStore } from '../store/postgres/index.js'
-import type { PoolLike } from '../store/postgres/index.js'
+import type { Engine } from '../engine/engine.js'
+import { reconcileStuckClaims, type ReconcileReport } from '../ops/reconciler.js'
+import { startReconciler, type ReconcilerLoop } from '../ops/reconciler-loop.js'
+import type { PoolLike, PostgresStore, Queryable } from '../store/postgres/index.js'
+import { chargeReconcileHook } from './charge-reconcile-hook.js'
 import type { ServiceConfig } from './config.js'
 import type { ServiceEnv } from './context.js'
 
@@ -32,4 +36,52 @@ export function observeChargePayload(metrics: OncelyMetrics): MiddlewareHandler<
     }
     await next()
   }
+}
+
+/** The service's in-process reconciler, or none when `RECONCILE_AFTER_MS` is 0. */
+export function startServiceReconciler(options: {
+  engine: Engine<Queryable>
+  pool: PoolLike
+  config: Readonly<ServiceConfig>
+  providerUrl: string
+  metrics: OncelyMetrics
+  log: (line: string) => void
+}): { reconciler: ReconcilerLoop | undefined; runOnce: () => Promise<ReconcileReport[]> } {
+  const { engine, pool, config, providerUrl, metrics, log } = options
+  const reconcileOptions = {
+    engine,
+    database: { pool, schema: config.schema },
+    hook: chargeReconcileHook({ pool, providerUrl }),
+    // With the in-process reconciler off, the console's button still settles claims past 2 × stale.
+    olderThanMs: config.reconcileAfterMs === 0 ? 2 * config.staleAfterMs : config.reconcileAfterMs,
+    onDecision: metrics.onReconcile,
+    log,
+  }
+  if (config.reconcileAfterMs === 0) return { reconciler: undefined, runOnce: () => reconcileStuckClaims(reconcileOptions) }
+  const reconciler = startReconciler({ ...reconcileOptions, intervalMs: Math.max(1, Math.floor(config.reconcileAfterMs / 2)) })
+  return { reconciler, runOnce: () => reconciler.runOnce() }
+}
+
+const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '::1'])
+
+/**
+ * `GET /console`: the operators' page. On a non-loopback `HOST` it is served only with
+ * `CONSOLE_TOKEN` set; with the token set it is required on any host.
+ */
+export function mountServiceConsole(
+  app: Hono<ServiceEnv>,
+  options: { pool: PoolLike; config: Readonly<ServiceConfig>; metrics: OncelyMetrics; reconcile: () => Promise<ReconcileReport[]>; log: (line: string) => void },
+): void {
+  const { pool, config, metrics, reconcile, log } = options
+  const operatorConsole = createConsole({
+    database: { pool, schema: config.schema },
+    staleAfterMs: config.staleAfterMs,
+    exposed: !LOOPBACK_HOSTS.has(config.host),
+    ...(config.consoleToken === undefined ? {} : { token: config.consoleToken }),
+    outcomeTotals: metrics.outcomeTotals,
+    reconcile,
+    log,
+  })
+  app.all('/console', (c) => operatorConsole.fetch(c.req.raw))
+  app.all('/console/*', (c) => operatorConsole.fetch(c.req.raw))
 }

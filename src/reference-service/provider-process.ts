@@ -1,27 +1,43 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
+import { waitForExit } from '../embedded-postgres/running-server.js'
 
 /** The provider the service talks to, and how to stop it. */
 export interface ProviderHandle {
   readonly url: string
   readonly description: string
+  /** The provider's process, when this service started or adopted it. */
+  readonly pid?: number
+  /** Whether it was left running by a service that died, rather than started now. */
+  readonly adopted: boolean
   stop(): Promise<void>
 }
 
+/** How long a stop waits for the provider to exit on SIGTERM before SIGKILL. */
+const STOP_GRACE_MS = 2000
+
 /**
- * Starts the fake provider as a child process on `port`, or adopts one a crashed run left on that
- * port (it holds the charges made before the crash, which the restarted API must see).
+ * Starts the fake provider as a child process on `port`, or adopts the one the folder's previous
+ * service started and left running when it crashed (`leftover`, from its record): it holds the
+ * charges made before the crash, which the restarted API must see. A provider nobody recorded
+ * belongs to someone else and is never adopted.
  */
-export async function startProviderProcess(options: { host: string; port: number; latencyMs: number; log: (line: string) => void }): Promise<ProviderHandle> {
+export async function startProviderProcess(options: {
+  host: string
+  port: number
+  latencyMs: number
+  leftover?: { pid: number; url: string } | undefined
+  log: (line: string) => void
+}): Promise<ProviderHandle> {
+  const { leftover } = options
+  if (leftover && (await probeProvider(leftover.url))?.pid === leftover.pid) {
+    options.log(`adopting the fake provider left running at ${leftover.url} (pid ${leftover.pid}) by a service that stopped without stopping it`)
+    return { url: leftover.url, pid: leftover.pid, adopted: true, description: `fake provider (pid ${leftover.pid}, adopted)`, stop: () => stopPid(leftover.pid) }
+  }
   if (options.port !== 0) {
-    const orphan = await probeProvider(`http://${options.host}:${options.port}`)
-    if (orphan) {
-      options.log(`reusing the fake provider left running on port ${options.port} (pid ${orphan.pid})`)
-      return {
-        url: `http://${options.host}:${options.port}`,
-        description: `fake provider (pid ${orphan.pid}, adopted)`,
-        stop: () => stopPid(orphan.pid),
-      }
+    const stranger = await probeProvider(`http://${options.host}:${options.port}`)
+    if (stranger) {
+      throw new Error(`port ${options.port} is in use by a fake provider (pid ${stranger.pid}) that this folder's service did not start; stop it, or set PROVIDER_PORT`)
     }
   }
   // The child runs the same way this process does: compiled JavaScript, or TypeScript under tsx.
@@ -34,6 +50,8 @@ export async function startProviderProcess(options: { host: string; port: number
   const url = await readyUrl(child)
   return {
     url,
+    ...(child.pid === undefined ? {} : { pid: child.pid }),
+    adopted: false,
     description: `fake provider (pid ${child.pid ?? '?'})`,
     stop: () => stopChild(child),
   }
@@ -75,7 +93,7 @@ async function probeProvider(url: string): Promise<{ pid: number } | undefined> 
 function stopChild(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve()
   return new Promise((resolve) => {
-    const force = setTimeout(() => child.kill('SIGKILL'), 5000)
+    const force = setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS)
     child.once('exit', () => {
       clearTimeout(force)
       resolve()
@@ -90,14 +108,12 @@ async function stopPid(pid: number): Promise<void> {
   } catch {
     return
   }
-  const deadline = Date.now() + 5000
-  // Not our child: polling is the only way to see it go.
-  while (Date.now() < deadline) {
+  if (!(await waitForExit(pid, STOP_GRACE_MS))) {
     try {
-      process.kill(pid, 0)
+      process.kill(pid, 'SIGKILL')
     } catch {
       return
     }
-    await new Promise((resolve) => setTimeout(resolve, 50))
+    await waitForExit(pid, 1000)
   }
 }

@@ -1,4 +1,5 @@
 import type { AddressInfo } from 'node:net'
+import path from 'node:path'
 import { serve } from '@hono/node-server'
 import pg from 'pg'
 import { collectDefaultMetrics } from 'prom-client'
@@ -8,10 +9,14 @@ import { createServiceApp } from './app.js'
 import { createChaos } from './chaos.js'
 import type { ServiceConfig } from './config.js'
 import { openDatabase, SERVICE_POOL_SETTINGS } from './database.js'
+import { claimFolder } from './folder-owner.js'
+import { checkSchemaAtStart } from './schema-check.js'
 import { createProviderClient } from './provider-client.js'
 import { startProviderProcess } from './provider-process.js'
 import { createServiceTables } from './sql.js'
-import { createServiceMetrics } from './operations.js'
+import { createOutbox } from '../outbox/index.js'
+import { startEventRelay } from './events.js'
+import { createServiceMetrics, mountServiceConsole, startServiceReconciler } from './operations.js'
 
 export interface RunningService {
   /** `http://HOST:PORT` of the API. */
@@ -26,19 +31,26 @@ export interface RunningService {
  * when no URL), then the API. Prints the ready line when it accepts requests.
  */
 export async function startService(config: Readonly<ServiceConfig>, log: (line: string) => void = (line) => process.stderr.write(`${line}\n`)): Promise<RunningService> {
-  const cleanups: Array<() => Promise<void>> = []
-  const stopAll = async () => {
+  // `adopted`: left by a service that died; a start that fails leaves it as it found it.
+  const cleanups: Array<{ stop: () => Promise<void>; adopted?: boolean }> = []
+  const stopAll = async (options: { failedStart?: boolean } = {}) => {
     for (const cleanup of cleanups.splice(0).reverse()) {
+      if (options.failedStart === true && cleanup.adopted === true) continue
       try {
-        await cleanup()
+        await cleanup.stop()
       } catch (error) {
         log(`while stopping: ${String(error)}`)
       }
     }
   }
   try {
+    // What this service starts it owns, and adopts only what no live service owns: the folder's
+    // claim comes before anything is opened, so a second start touches nothing.
+    const owns = config.databaseUrl === undefined || config.providerUrl === undefined
+    const claim = owns ? await claimFolder(path.dirname(path.resolve(config.dataDir))) : undefined
+    if (claim) cleanups.push({ stop: () => claim.release() })
     const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log })
-    cleanups.push(() => database.stop())
+    cleanups.push({ stop: () => database.stop(), adopted: database.adopted })
     if (config.migrate) {
       // Migrations wait for each other's advisory lock and may build indexes: not under the
       // request pool's timeouts.
@@ -56,11 +68,18 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
     // Nor one checked out between two statements of a transaction: pg emits the socket's error on
     // the client, and a client out of the pool has no listener of the pool's.
     pool.on('connect', (client) => client.on('error', () => {}))
-    cleanups.push(() => pool.end())
+    cleanups.push({ stop: () => pool.end() })
+    await checkSchemaAtStart(pool, { schema: config.schema, migrated: config.migrate })
     const provider = config.providerUrl
-      ? { url: config.providerUrl, description: `provider at ${config.providerUrl}`, stop: async () => {} }
-      : await startProviderProcess({ host: '127.0.0.1', port: config.providerPort, latencyMs: config.providerLatencyMs, log })
-    cleanups.push(() => provider.stop())
+      ? { url: config.providerUrl, description: `provider at ${config.providerUrl}`, adopted: false, pid: undefined, stop: async () => {} }
+      : await startProviderProcess({ host: '127.0.0.1', port: config.providerPort, latencyMs: config.providerLatencyMs, leftover: claim?.previous?.provider, log })
+    cleanups.push({ stop: () => provider.stop(), adopted: provider.adopted })
+    const record = {
+      pid: process.pid,
+      ...(config.databaseUrl === undefined ? { databaseUrl: database.url } : {}),
+      ...(provider.pid === undefined ? {} : { provider: { pid: provider.pid, url: provider.url } }),
+    }
+    await claim?.publish(record)
 
     const store = createPostgresStore({ pool, schema: config.schema })
     const engine = createEngine<Queryable>({ store, ttlMs: config.ttlMs, staleAfterMs: config.staleAfterMs })
@@ -73,33 +92,48 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
       chaos: createChaos(config.chaos),
       metrics,
       strategy: config.strategy,
+      outbox: createOutbox({ schema: config.schema, notify: config.outboxNotify }),
       log,
     })
+    if (config.relay) {
+      const events = await startEventRelay({ pool, config, log })
+      cleanups.push({ stop: () => events.stop() })
+    }
+    const operations = startServiceReconciler({ engine, pool, config, providerUrl: provider.url, metrics, log })
+    cleanups.push({ stop: async () => operations.reconciler?.stop() })
+    mountServiceConsole(app, { pool, config, metrics, reconcile: operations.runOnce, log })
     const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
       const started = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, () => resolve(started))
       started.once('error', reject)
     })
-    cleanups.push(
-      () =>
+    cleanups.push({
+      stop: () =>
         new Promise<void>((resolve) => {
           server.close(() => resolve())
           // Keep-alive connections would hold close() open; requests in flight have had their chance.
           if ('closeIdleConnections' in server) server.closeIdleConnections()
           setTimeout(() => {
             if ('closeAllConnections' in server) server.closeAllConnections()
-          }, 2000).unref()
+          }, 1000).unref()
         }),
-    )
+    })
     const { port } = server.address() as AddressInfo
     const host = config.host.includes(':') ? `[${config.host}]` : config.host
     const url = `http://${host}:${port}`
+    await claim?.publish({ ...record, url })
     // One write, so a reader that sees the ready line sees the lines to try with it.
     process.stdout.write(
-      [`oncely reference service (${config.strategy}) on ${database.description}, ${provider.description} at ${provider.url}`, `listening on ${url}`, tryLines(url), ''].join('\n'),
+      [
+        `oncely reference service (${config.strategy}, pid ${process.pid}) on ${database.description}, ${provider.description} at ${provider.url}`,
+        ...(config.databaseUrl === undefined ? [`database: ${database.url} (oncely commands run in this folder use it when DATABASE_URL is unset)`] : []),
+        `listening on ${url}`,
+        tryLines(url),
+        '',
+      ].join('\n'),
     )
-    return { url, providerUrl: provider.url, stop: stopAll }
+    return { url, providerUrl: provider.url, stop: () => stopAll() }
   } catch (error) {
-    await stopAll()
+    await stopAll({ failedStart: true })
     throw error
   }
 }
@@ -116,38 +150,43 @@ function tryLines(url: string): string {
   ].join('\n')
 }
 
+/** The signals that stop the service: Ctrl-C, `kill`, docker/systemd, and a closed terminal. */
+const STOP_SIGNALS: readonly NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
+/** The contract gives a stop 10 s. Each part's stop is bounded (API 1 s, provider 3 s, database 5 s); past this the process exits regardless. */
+const STOP_DEADLINE_MS = 9000
+
 /**
- * Runs the service until SIGINT or SIGTERM, then stops it in order. Resolves to the exit code:
- * 0 after a clean stop, 1 when it could not start. A second signal exits at once.
+ * Runs the service until SIGINT, SIGTERM or SIGHUP, then stops it in order. Resolves to the exit
+ * code: 0 after a clean stop, 1 when it could not start. A signal repeated while stopping (a
+ * Ctrl-C reaches both npm, which forwards it, and this process) changes nothing: the stop is
+ * bounded by its own deadline.
  */
 export async function runUntilSignal(config: Readonly<ServiceConfig>): Promise<number> {
   const log = (line: string) => process.stderr.write(`${line}\n`)
   let signalled: NodeJS.Signals | undefined
-  const early = (signal: NodeJS.Signals) => (signalled = signal)
-  process.once('SIGINT', early)
-  process.once('SIGTERM', early)
+  let onSignal: (signal: NodeJS.Signals) => void = (signal) => (signalled ??= signal)
+  const listener = (signal: NodeJS.Signals) => onSignal(signal)
+  for (const name of STOP_SIGNALS) process.on(name, listener)
   let service: RunningService
   try {
     service = await startService(config, log)
   } catch (error) {
+    for (const name of STOP_SIGNALS) process.off(name, listener)
     log(`oncely serve: could not start: ${error instanceof Error ? error.message : String(error)}`)
     return 1
-  } finally {
-    process.off('SIGINT', early)
-    process.off('SIGTERM', early)
   }
-  if (signalled === undefined) {
-    signalled = await new Promise<NodeJS.Signals>((resolve) => {
-      process.once('SIGINT', () => resolve('SIGINT'))
-      process.once('SIGTERM', () => resolve('SIGTERM'))
-    })
-  }
-  process.once('SIGINT', () => process.exit(130))
-  process.once('SIGTERM', () => process.exit(143))
-  log(`${signalled}: stopping`)
+  const stopping = signalled ?? (await new Promise<NodeJS.Signals>((resolve) => (onSignal = resolve)))
+  onSignal = (signal) => log(`${signal}: already stopping`)
+  log(`${stopping}: stopping`)
+  const deadline = setTimeout(() => {
+    log(`not stopped within ${STOP_DEADLINE_MS} ms: exiting`)
+    process.exit(1)
+  }, STOP_DEADLINE_MS)
+  deadline.unref()
   await service.stop()
+  clearTimeout(deadline)
   log('stopped')
   // Anything still holding the event loop open (a stray socket) must not keep a stopped service alive.
-  setTimeout(() => process.exit(0), 2000).unref()
+  setTimeout(() => process.exit(0), 500).unref()
   return 0
 }

@@ -496,9 +496,8 @@ export function conformanceSuite(harness: AdapterHarness): void {
       })
     })
 
-    // Issue 8 path 15: the engine throws ONCELY_OUTCOME_NOT_RECORDED for a deterministic failure;
-    // until its change is merged a unique violation still arrives raw (and is answered 503).
-    it.fails('answers a completion that fails the same way every time with a non-retryable 500, without Retry-After', async () => {
+    // Issue 8 path 15: the engine throws ONCELY_OUTCOME_NOT_RECORDED for a deterministic failure.
+    it('answers a completion that fails the same way every time with a non-retryable 500, without Retry-After', async () => {
       const lines: string[] = []
       const taken = `ch_${randomUUID()}`
       await db.pool.query('INSERT INTO adapter_charges (id) VALUES ($1)', [taken])
@@ -535,7 +534,8 @@ export function conformanceSuite(harness: AdapterHarness): void {
         return json(201, { id: `ch_${call}` })
       })
       try {
-        const away = createEngine({ store: createPostgresStore({ pool, schema: db.schema }), staleAfterMs: 30_000 })
+        // A short lease, so the completion stops retrying soon: it retries for as long as the lease allows.
+        const away = createEngine({ store: createPostgresStore({ pool, schema: db.schema }), staleAfterMs: 1500, claimRetryMs: 300 })
         await withApp({ engine: away, log: (line) => lines.push(line) }, [charges], async (app) => {
           proxy.cut()
           const key = randomUUID()

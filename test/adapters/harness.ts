@@ -105,3 +105,11 @@ export async function serveOnFreePort(server: Server): Promise<AppUnderTest> {
     },
   }
 }
+
+// The suite's store is PostgreSQL: register its transaction type as an application does
+// (docs/adapters.md), so `req.idempotency` and `request.idempotency` carry it without a cast.
+declare module '../../src/adapters/express.js' {
+  interface IdempotencyRegister {
+    tx: Queryable
+  }
+}

@@ -166,3 +166,110 @@ describe('a client process stopped mid-request', () => {
     expect(restarted.stdout).toBe('{"id":"ch_1"}')
   })
 })
+
+describe('oncely request, hardened (issues 12 and 14)', () => {
+  async function stateHome(): Promise<string> {
+    return keyDirectory()
+  }
+
+  it('keeps keys in one per-user directory: the same --operation from two folders sends one key', async () => {
+    const server = await serve(statusSequence(503, 201))
+    const home = await stateHome()
+    const env = { XDG_STATE_HOME: home }
+    const args = ['POST', `${server.url}/v1/charges`, '--operation', 'order-42:charge', '--data', charge, '--max-attempts', '1']
+    const first = await runRequestCommand(args, { env, cwd: await keyDirectory() })
+    expect(first.code, first.stderr).toBe(REQUEST_EXIT.serverError)
+    const second = await runRequestCommand(args, { env, cwd: await keyDirectory() })
+    expect(second.code, second.stderr).toBe(REQUEST_EXIT.ok)
+    const [one, two] = server.requests.map((r) => r.headers['idempotency-key'])
+    expect(two).toBe(one)
+    const help = await runRequestCommand(['--help'], { env })
+    expect(help.stdout).toContain(path.join(home, 'oncely', 'keys'))
+  })
+
+  it('sends --data byte for byte as typed: big numbers, duplicate members and a JSON string survive', async () => {
+    const server = await serve(statusSequence(201))
+    const cases = [
+      ['{"amount": 9007199254740993, "a": 1, "a": 2}', 'application/json'],
+      ['"hello"', 'application/json'],
+      ['hello', 'text/plain; charset=utf-8'],
+    ]
+    for (const [data] of cases) {
+      const run = await runRequestCommand(['POST', `${server.url}/v1/notes`, '--data', data ?? ''])
+      expect(run.code, run.stderr).toBe(REQUEST_EXIT.ok)
+    }
+    expect(server.requests.map((r) => [r.body, r.headers['content-type']])).toEqual(cases)
+  })
+
+  it('binds --data to its canonical parse: the same JSON respaced is the same operation', async () => {
+    const server = await serve(statusSequence(201))
+    const keys = await keyDirectory()
+    const send = (data: string) => runRequestCommand(['POST', `${server.url}/v1/charges`, '--operation', 'op', '--data', data, '--key-store', keys])
+    expect((await send('{"amount":1000,"currency":"usd"}')).code).toBe(REQUEST_EXIT.ok)
+    expect((await send('{ "currency": "usd", "amount": 1000 }')).code).toBe(REQUEST_EXIT.ok)
+    expect((await send('{"amount":2000,"currency":"usd"}')).code).toBe(REQUEST_EXIT.operationMismatch)
+    expect(new Set(server.requests.map((r) => r.headers['idempotency-key'])).size).toBe(1)
+    expect(server.requests.map((r) => r.body)).toEqual(['{"amount":1000,"currency":"usd"}', '{ "currency": "usd", "amount": 1000 }'])
+  })
+
+  it('says when the answer is a replay', async () => {
+    const server = await serve((_request, res) => reply(res, 201, '{"id":"ch_1"}', { 'idempotent-replayed': 'true' }))
+    const run = await runRequestCommand(['POST', `${server.url}/v1/charges`, '--data', charge])
+    expect(run.code, run.stderr).toBe(REQUEST_EXIT.ok)
+    expect(run.stderr).toContain('a replay')
+  })
+
+  it('returns a redirect instead of following it, and says so: exit 1', async () => {
+    const server = await serve((_request, res) => reply(res, 303, '', { location: '/v1/charges/ch_1?token=sk_redirect' }))
+    const run = await runRequestCommand(['POST', `${server.url}/v1/charges`, '--data', charge])
+    expect(run.code, run.stderr).toBe(REQUEST_EXIT.failure)
+    expect(server.requests.map((r) => r.method)).toEqual(['POST'])
+    expect(run.stderr).toContain('not followed')
+    expect(run.stderr).not.toContain('sk_redirect')
+  })
+
+  it('names a host that does not resolve', async () => {
+    // RFC 6761: `.invalid` never resolves.
+    const run = await runRequestCommand(['POST', 'http://base.invalid/v1/charges', '--data', charge, '--max-attempts', '1'])
+    expect(run.code, run.stderr).toBe(REQUEST_EXIT.gaveUp)
+    expect(run.stderr).toMatch(/could not resolve the host 'base\.invalid', check the URL/)
+  })
+
+  it('reports a fault that is not a network failure once, in one line: exit 1', async () => {
+    const run = await runRequestCommand(['POST', 'http://127.0.0.1:6000/v1/charges', '--data', charge])
+    expect(run.code, run.stderr).toBe(REQUEST_EXIT.failure)
+    expect(run.stderr.trim().split('\n')).toHaveLength(1)
+    expect(run.stderr).toContain('attempt 1: fetch failed: bad port (not a network failure, not retried)')
+    expect(run.stderr).not.toMatch(/^\s+at /m)
+  })
+
+  it.each([
+    ['a header line without a colon', ['--header', 'Authorization Bearer sk_live_secret']],
+    ['a header value pasted with typographic quotes', ['--header', 'x-api-key: \u201csk_live_secret\u201d']],
+    ['a header name that is not a token', ['--header', 'bad name: sk_live_secret']],
+  ])('exit 2 without a stack trace or the secret on %s', async (_name, flags) => {
+    const run = await runRequestCommand(['POST', 'http://127.0.0.1:1/x', ...flags])
+    expect(run.code, run.stderr).toBe(REQUEST_EXIT.usage)
+    expect(run.stderr).not.toContain('sk_live_secret')
+    expect(run.stderr).not.toMatch(/^\s+at /m)
+  })
+
+  it.each([
+    ['a host and port without a scheme', 'localhost:3000/v1/charges', "did you mean 'http://localhost:3000/v1/charges'"],
+    ['credentials in the URL', 'http://me:sk_live_secret@127.0.0.1:1/x', 'credentials'],
+    ['a query secret in a bad URL', 'http//api.example.com/x?api_key=sk_live_secret', 'not an http(s) URL'],
+  ])('exit 2 with a clear message on %s, never showing a secret', async (_name, target, says) => {
+    const run = await runRequestCommand(['POST', target])
+    expect(run.code, run.stderr).toBe(REQUEST_EXIT.usage)
+    expect(run.stderr).toContain(says)
+    expect(run.stderr).not.toContain('sk_live_secret')
+  })
+
+  it('never prints query values when it gives up', async () => {
+    const server = await serve(statusSequence(503))
+    const run = await runRequestCommand(['GET', `${server.url}/v1/charges?api_key=sk_live_secret&limit=1`, '--max-attempts', '2', ...fast])
+    expect(run.code, run.stderr).toBe(REQUEST_EXIT.serverError)
+    expect(run.stderr).toContain('api_key=***')
+    expect(run.stderr).not.toContain('sk_live_secret')
+  })
+})

@@ -22,6 +22,21 @@ describe('retry policy', () => {
     expect(parseRetryAfter('2024-01-01', now)).toBeUndefined()
   })
 
+  it('reads Retry-After in all three HTTP date forms of RFC 9110 §5.6.7', () => {
+    const now = Date.parse('Sun, 06 Nov 1994 08:49:37 GMT')
+    expect(parseRetryAfter('Sun, 06 Nov 1994 08:49:40 GMT', now)).toBe(3000) // IMF-fixdate
+    expect(parseRetryAfter('Sunday, 06-Nov-94 08:49:40 GMT', now)).toBe(3000) // obsolete RFC 850
+    expect(parseRetryAfter('Sun Nov  6 08:49:40 1994', now)).toBe(3000) // obsolete asctime
+    expect(parseRetryAfter('Sun Nov 16 08:49:40 1994', now)).toBe(10 * 86_400_000 + 3000)
+    // RFC 850's two-digit year: more than 50 years ahead is the last century.
+    const in2030 = Date.parse('Tue, 01 Jan 2030 00:00:00 GMT')
+    expect(parseRetryAfter('Wednesday, 01-Jan-31 00:00:05 GMT', in2030)).toBe(365 * 86_400_000 + 5000)
+    expect(parseRetryAfter('Sunday, 06-Nov-94 08:49:40 GMT', in2030)).toBe(0)
+    for (const bad of ['Sun, 31 Feb 1994 08:49:40 GMT', 'Sun, 06 Nov 1994 25:49:40 GMT', 'Sun, 06 Nov 1994 08:49:40 PST', 'Sun Nov 6 08:49:40 1994 GMT', '06 Nov 1994 08:49:40 GMT']) {
+      expect(parseRetryAfter(bad, now), bad).toBeUndefined()
+    }
+  })
+
   it('backs off exponentially with full jitter under a cap', () => {
     expect([1, 2, 3, 4, 5].map((retry) => backoffDelay(retry, 100, 1000, () => 0.999999))).toEqual([99, 199, 399, 799, 999])
     expect([1, 2, 3].map((retry) => backoffDelay(retry, 100, 1000, () => 0))).toEqual([0, 0, 0])

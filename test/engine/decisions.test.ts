@@ -199,6 +199,8 @@ describe('options', () => {
     ['staleAfterMs', { staleAfterMs: -1 }],
     ['leaseRenewMs', { staleAfterMs: 1000, leaseRenewMs: 1000 }],
     ['conflictRetryAfterSeconds', { conflictRetryAfterSeconds: 1.5 }],
+    ['handlerDeadlineMs', { staleAfterMs: 3000, handlerDeadlineMs: 1000 }],
+    ['claimRetryMs', { claimRetryMs: 0 }],
   ])('a bad %s fails at start-up, naming it', (name, options) => {
     let error: unknown
     try {
@@ -210,9 +212,20 @@ describe('options', () => {
     expect((error as Error).message).toContain(name)
   })
 
+  // Issue 8, path 3: a key that expires before its lease goes stale could expire under its owner.
+  it.each([
+    [{ ttlMs: 60_000, staleAfterMs: 60_000 }, 60_000, 60_000],
+    [{ ttlMs: 1000 }, 1000, 90_000],
+    [{ ttlMs: 500, staleAfterMs: 2000, leaseRenewMs: 500 }, 500, 2000],
+  ])('a ttlMs not above staleAfterMs (%o) fails at start-up, naming both values', (options, ttlMs, staleAfterMs) => {
+    expect(() => createEngine({ store: store(), ...options })).toThrow(`option ttlMs must be above staleAfterMs (${staleAfterMs}); got ${ttlMs}`)
+  })
+
   it('a store without a pool, or a bad schema, fails at start-up', () => {
     expect(() => createPostgresStore({ pool: {} as never })).toThrow(/pool/)
     expect(() => createPostgresStore({ pool: db.pool, schema: '' })).toThrow(/schema/)
+    expect(() => createPostgresStore({ pool: db.pool, statementTimeoutMs: 0 })).toThrow(/statementTimeoutMs/)
+    expect(() => createPostgresStore({ pool: db.pool, statementTimeoutMs: 1000, lockTimeoutMs: 1000 })).toThrow(/lockTimeoutMs \(1000\) must be below statementTimeoutMs \(1000\)/)
   })
 
   it('resolved options are frozen', () => {

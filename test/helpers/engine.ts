@@ -1,5 +1,6 @@
+import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import { createEngine, type Engine, type EngineOptions } from '../../src/index.js'
+import { createEngine, type ClaimState, type Engine, type EngineOptions, type IdempotencyStore } from '../../src/index.js'
 import { createPostgresStore, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { latch } from './deferred.js'
 import type { TestDatabase } from './db.js'
@@ -61,4 +62,16 @@ export function keyTable(db: TestDatabase): string {
 /** Makes a claim look abandoned: its lease last renewed an hour ago, as if its worker died. */
 export async function ageClaim(db: TestDatabase, scope: string, key: string): Promise<void> {
   await db.pool.query(`UPDATE ${keyTable(db)} SET locked_at = now() - interval '1 hour' WHERE user_id = $1 AND key = $2`, [scope, key])
+}
+
+/**
+ * Claims a key through the store alone, with no engine and so no lease timer: a claim whose owner
+ * is gone once it is aged. `claimed` when the key was free.
+ */
+export async function storeClaim(
+  store: IdempotencyStore<Queryable>,
+  request: { scope: string; key: string; fingerprint: string; ttlMs?: number },
+): Promise<{ kind: 'claimed'; claim: ClaimState } | { kind: 'existing' }> {
+  const attempt = await store.claim({ ttlMs: 86_400_000, ...request, claimId: randomUUID(), fenceToken: randomUUID() })
+  return attempt.kind === 'inserted' ? { kind: 'claimed', claim: attempt.claim } : { kind: 'existing' }
 }

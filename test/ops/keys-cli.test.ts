@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprintRequest } from '../../src/index.js'
 import { runCli } from '../helpers/cli.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, jsonResponse } from '../helpers/engine.js'
+import { ageClaim, engineOn, jsonResponse, storeClaim } from '../helpers/engine.js'
 
 let db: TestDatabase
 let env: Record<string, string>
@@ -19,7 +19,7 @@ const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', b
 describe('oncely keys and oncely stats', () => {
   it('list --stuck, show, release (refused, then --force with the provider keys and an audit line), stats', async () => {
     const { store, engine } = engineOn(db)
-    const claimed = await store.claim({ scope: '7', key: 'stuck-1', fingerprint }, { ttlMs: 86_400_000, staleAfterMs: 60_000 })
+    const claimed = await storeClaim(store, { scope: '7', key: 'stuck-1', fingerprint })
     if (claimed.kind !== 'claimed') throw new Error('no claim')
     await store.commitPhase({ scope: '7', key: 'stuck-1', fenceToken: claimed.claim.fenceToken }, 'charge', { id: 'ch_x' })
     await ageClaim(db, '7', 'stuck-1')

@@ -4,7 +4,7 @@ import { inspectKey, listKeys } from '../../src/ops/keys.js'
 import { keyStats } from '../../src/ops/key-stats.js'
 import { releaseKey } from '../../src/ops/release-key.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
+import { ageClaim, engineOn, jsonResponse, keyTable, storeClaim } from '../helpers/engine.js'
 
 let db: TestDatabase
 let target: { pool: TestDatabase['pool']; schema: string }
@@ -24,7 +24,7 @@ const newScope = () => `keys-${nextScope++}`
 /** A claim whose owner is gone: claimed through the store (no lease timer), then aged. */
 async function deadClaim(scope: string, key: string, options: { step?: string; suspend?: boolean } = {}) {
   const { store } = engineOn(db)
-  const result = await store.claim({ scope, key, fingerprint }, { ttlMs: 86_400_000, staleAfterMs: STALE })
+  const result = await storeClaim(store, { scope, key, fingerprint })
   if (result.kind !== 'claimed') throw new Error(`expected a claim, got ${result.kind}`)
   const fence = { scope, key, fenceToken: result.claim.fenceToken }
   if (options.step) await store.commitPhase(fence, options.step, { id: 'ch_1' })

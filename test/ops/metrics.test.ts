@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprintRequest } from '../../src/index.js'
 import { createMetrics } from '../../src/ops/metrics.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, keyTable } from '../helpers/engine.js'
+import { ageClaim, engineOn, keyTable, storeClaim } from '../helpers/engine.js'
 
 const run = promisify(execFile)
 let db: TestDatabase
@@ -93,7 +93,7 @@ describe('oncely/metrics', () => {
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/r', body: null })
     const hung = await engine.begin({ scope: 'm', key: 'hung', fingerprint })
     await db.pool.query(`UPDATE ${keyTable(db)} SET created_at = now() - interval '2 hours' WHERE user_id = 'm' AND key = 'hung'`)
-    const dead = await store.claim({ scope: 'm', key: 'dead', fingerprint }, { ttlMs: 86_400_000, staleAfterMs: 60_000 })
+    const dead = await storeClaim(store, { scope: 'm', key: 'dead', fingerprint })
     if (dead.kind === 'claimed') await store.suspend({ scope: 'm', key: 'dead', fenceToken: dead.claim.fenceToken })
     await ageClaim(db, 'm', 'dead')
     const metrics = createMetrics({ database: { pool: db.pool, schema: db.schema }, staleAfterMs: 60_000, log: captureLog().log })

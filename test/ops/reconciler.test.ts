@@ -6,7 +6,7 @@ import { reconcileStuckClaims, type ReconcileClaim, type ReconcileHook } from '.
 import { withTransaction, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { latch } from '../helpers/deferred.js'
-import { ageClaim, engineOn, jsonResponse } from '../helpers/engine.js'
+import { ageClaim, engineOn, jsonResponse, storeClaim } from '../helpers/engine.js'
 
 const STALE = 60_000
 let db: TestDatabase
@@ -26,7 +26,7 @@ const quiet = { info() {}, warn() {}, error() {} }
 /** A claim whose owner died: claimed through the store (no lease timer), optionally a step, then aged. */
 async function deadClaim(scope: string, key: string, step?: string) {
   const { store } = engineOn(db)
-  const result = await store.claim({ scope, key, fingerprint }, { ttlMs: 86_400_000, staleAfterMs: STALE })
+  const result = await storeClaim(store, { scope, key, fingerprint })
   if (result.kind !== 'claimed') throw new Error(`expected a claim, got ${result.kind}`)
   if (step) await store.commitPhase({ scope, key, fenceToken: result.claim.fenceToken }, step, { id: 'ch_step' })
   await ageClaim(db, scope, key)

@@ -232,7 +232,7 @@ describe('health and metrics', () => {
 
 describe('after IDEMPOTENCY_TTL_MS', () => {
   it('the key is new: a second charge, not a replay', async () => {
-    const short = await startService({ databaseUrl: db.url, schema: db.schema, providerUrl: provider.url, ttlMs: 1000 })
+    const short = await startService({ databaseUrl: db.url, schema: db.schema, providerUrl: provider.url, ttlMs: 1000, staleAfterMs: 500 })
     try {
       const user = newUser()
       const first = await post(short.url, { user, key: 'ttl-1' })

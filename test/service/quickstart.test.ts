@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { promisify } from 'node:util'
 import { afterAll, describe, expect, it } from 'vitest'
-import { freePort } from '../../src/cli/embedded-postgres.js'
+import { freePort } from '../../src/embedded-postgres/start.js'
 import { REPO_ROOT, startProcess } from '../helpers/processes.js'
 import { post } from './support/api.js'
 

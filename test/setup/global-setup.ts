@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
 import type { TestProject } from 'vitest/node'
-import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/cli/embedded-postgres.js'
+import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded-postgres/start.js'
 import { migrate } from '../../src/store/postgres/migrate.js'
 
 declare module 'vitest' {

@@ -33,7 +33,7 @@ describe('migrate', () => {
   it('refuses a schema migrated by a newer oncely', async () => {
     const schema = 'from the future'
     await migrate({ pool: db.pool, schema })
-    await db.pool.query(`INSERT INTO "from the future".migrations (id, name) VALUES (999, '999_future')`)
+    await db.pool.query(`INSERT INTO "from the future".migrations (id, name, breaking) VALUES (999, '999_future', true)`)
     const error: unknown = await migrate({ pool: db.pool, schema }).catch((e: unknown) => e)
     expect(isOncelyError(error, 'ONCELY_SCHEMA_TOO_NEW')).toBe(true)
   })

@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util'
 import { migrate, migrationSql } from '../../store/postgres/index.js'
 import { EXIT, type Command } from '../command.js'
-import { DATABASE_FLAGS, DATABASE_HELP, openDatabase } from '../database.js'
+import { DATABASE_FLAGS, DATABASE_HELP, openDatabase, reportDatabaseFailure } from '../database.js'
 
 export const command: Command = {
   name: 'migrate',
@@ -14,7 +14,11 @@ safe to run twice, and from many processes at once.
   --dry-run            print the SQL that migrate would run on an empty database, and exit
 ${DATABASE_HELP}
 
-exit codes: 0 applied or already current, 1 a migration failed, 2 bad usage or no database`,
+exit codes:
+  0  applied, or already current
+  1  a migration failed (rolled back), or the lock stayed held past the deadline
+  2  bad usage, or no database named
+  3  cannot reach the database (refused, unknown host, no such database, authentication)`,
   async run(argv) {
     const { values } = parseArgs({ args: argv, options: { ...DATABASE_FLAGS, 'dry-run': { type: 'boolean' } }, strict: true })
     if (values['dry-run']) {
@@ -24,13 +28,13 @@ exit codes: 0 applied or already current, 1 a migration failed, 2 bad usage or n
     }
     const { pool, schema } = openDatabase(values)
     try {
-      const { applied } = await migrate({ pool, schema })
+      const { applied, newer } = await migrate({ pool, schema })
       if (applied.length === 0) process.stdout.write(`schema "${schema}" is current\n`)
       for (const migration of applied) process.stdout.write(`applied ${migration.name}\n`)
+      for (const migration of newer) process.stdout.write(`left ${migration.name}, an additive migration of a newer oncely\n`)
       return EXIT.ok
     } catch (error) {
-      process.stderr.write(`oncely migrate: ${(error as Error).message}\n`)
-      return EXIT.failure
+      return reportDatabaseFailure('migrate', error)
     } finally {
       await pool.end()
     }

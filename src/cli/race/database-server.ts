@@ -2,7 +2,7 @@ import { chmod, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
-import { startEmbeddedPostgres } from '../embedded-postgres.js'
+import { startEmbeddedPostgres } from '../../embedded-postgres/start.js'
 
 /** The PostgreSQL server the race runs on, with a fresh database per scenario. */
 export interface RaceServer {

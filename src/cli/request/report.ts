@@ -9,9 +9,9 @@ export function logAttempt(attempt: Attempt, suffix: string): void {
 /** `describeAttempt`, with a hint where the transport's code alone leaves a newcomer guessing. */
 function describeForShell(attempt: Attempt): string {
   const line = describeAttempt(attempt)
-  if (attempt.networkFailure !== 'ENOTFOUND') return line
-  const host = /ENOTFOUND (\S+)/.exec(String(attempt.error?.cause instanceof Error ? attempt.error.cause.message : ''))?.[1]
-  return `${line}: no such host${host ? ` '${host}'` : ''}, check the URL`
+  if (attempt.networkFailure !== 'ENOTFOUND' && attempt.networkFailure !== 'EAI_AGAIN') return line
+  const host = /(?:ENOTFOUND|EAI_AGAIN) (\S+)/.exec(String(attempt.error?.cause instanceof Error ? attempt.error.cause.message : ''))?.[1]
+  return `${line}: could not resolve the host${host ? ` '${host}'` : ''}, check the URL`
 }
 
 /** Says whether the answer is a replay, and why a 3xx was not followed. */

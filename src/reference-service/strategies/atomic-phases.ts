@@ -6,6 +6,7 @@ import type { ServiceDeps, ServiceEnv } from '../context.js'
 import { ProviderUnavailableError, type ProviderResult } from '../provider-client.js'
 import { chargeFrom, declined, providerMetadata, providerUnavailable } from '../responses.js'
 import { insertCharge } from '../sql.js'
+import { chargeSucceededEvent } from '../events.js'
 
 /**
  * oncely's design, on the public API only: the adapter claims the key in its own committed
@@ -45,8 +46,17 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
     }
     if (result.outcome === 'declined') return declined(result)
     const charge = chargeFrom(input, result)
-    guarded.writeOnCompletion((tx) => insertCharge(tx, userId, execution.key, charge))
+    guarded.writeOnCompletion(async (tx) => {
+      await insertCharge(tx, userId, execution.key, charge)
+      // Invariant 8: the event commits with the charge row and the completion, or not at all.
+      await deps.outbox.enqueue(tx, chargeSucceededEvent(charge))
+    })
     return c.json(charge, 201)
   }
-  return [middleware, handler]
+  // Runs around the guard: once it returns, the completion transaction has committed.
+  const crashAfterComplete: MiddlewareHandler<ServiceEnv> = async (c, next) => {
+    await next()
+    if (c.get('idempotency')?.execution.state === 'completed') deps.chaos.crashAt('after-complete', c.get('crashPoint'))
+  }
+  return [crashAfterComplete, middleware, handler]
 }

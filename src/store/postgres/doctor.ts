@@ -12,6 +12,7 @@ import {
   type ConstraintRow,
   type IndexRow,
 } from './statements-catalog.js'
+import { CREATE_MIGRATIONS_TABLE, CREATE_SCHEMA } from './statements-migrate.js'
 
 /** One difference between the live schema and the one this version of oncely expects. */
 export interface SchemaProblem {
@@ -89,8 +90,9 @@ class RollBack extends Error {}
 async function expectedCatalog(pool: PoolLike, scratch: string): Promise<Catalog> {
   let expected: Catalog | undefined
   await withTransaction(pool, async (tx) => {
-    await tx.query({ text: `CREATE SCHEMA ${quoteSchema(scratch)}` })
-    await tx.query({ text: `CREATE TABLE ${quoteSchema(scratch)}.migrations (id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())` })
+    // The same statements migrate() runs, so the expected migrations table is the real one.
+    await tx.query({ text: CREATE_SCHEMA(quoteSchema(scratch)) })
+    await tx.query({ text: CREATE_MIGRATIONS_TABLE(quoteSchema(scratch)) })
     for (const migration of await loadMigrations(scratch)) await tx.query({ text: migration.sql })
     expected = await catalog(tx, scratch)
     throw new RollBack()

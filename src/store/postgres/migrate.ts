@@ -1,47 +1,72 @@
-import { readdir, readFile } from 'node:fs/promises'
-import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { OncelyError } from '../../errors.js'
 import { withTransaction, type PoolLike, type Queryable } from './executor.js'
+import { MIGRATION_FILES } from './migration-files.js'
+import { SQLSTATE, sqlState } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
+import {
+  ADD_MIGRATIONS_BREAKING,
+  CREATE_MIGRATIONS_TABLE,
+  CREATE_SCHEMA,
+  INSERT_APPLIED_MIGRATION,
+  LOCK_MIGRATIONS,
+  SELECT_APPLIED_MIGRATIONS,
+  SELECT_APPLIED_MIGRATIONS_WITHOUT_BREAKING,
+  SET_LOCK_TIMEOUT,
+  TABLE_EXISTS,
+  type AppliedMigrationRow,
+} from './statements-migrate.js'
 
 /** One numbered `.sql` file. */
 export interface Migration {
   id: number
   name: string
   sql: string
+  /** The file has a `-- oncely:breaking` line: older versions of oncely must not run on the schema after it. */
+  breaking: boolean
 }
 
 export interface MigrateOptions {
+  /** A `pg`-shaped pool (see `PoolLike`). (Default: none; required) */
   pool: PoolLike
   /** Schema to create the tables in. (Default: `oncely`) */
   schema?: string
+  /** How long one attempt waits for a lock (the migration lock, or a table a migration alters) before it rolls back and tries again. (Default: 2000) */
+  lockTimeoutMs?: number
+  /** How long `migrate` keeps trying before it throws `ONCELY_MIGRATION_LOCKED`. (Default: 60000) */
+  timeoutMs?: number
 }
 
 export interface MigrateResult {
   /** Migrations this call applied, in order; empty when the schema was already current. */
   applied: Migration[]
+  /** Additive migrations a newer oncely applied, which this version does not know and runs alongside. */
+  newer: Array<{ id: number; name: string }>
 }
 
-const MIGRATIONS_DIR = fileURLToPath(new URL('./migrations/', import.meta.url))
+const BREAKING_MARK = /^--\s*oncely:breaking\s*$/m
 
-/** Reads the shipped migrations, ordered by number, with the schema filled in. */
+/** The shipped migrations, ordered by number, with the schema filled in. */
 export async function loadMigrations(schema: string = DEFAULT_SCHEMA): Promise<Migration[]> {
   const quoted = quoteSchema(schema)
-  const files = (await readdir(MIGRATIONS_DIR)).filter((file) => /^\d+_.+\.sql$/.test(file)).sort()
-  return Promise.all(
-    files.map(async (file) => ({
-      id: Number.parseInt(file, 10),
-      name: file.replace(/\.sql$/, ''),
-      sql: (await readFile(path.join(MIGRATIONS_DIR, file), 'utf8')).replaceAll('{{schema}}', quoted),
+  return Promise.resolve(
+    MIGRATION_FILES.map((file) => ({
+      id: Number.parseInt(file.name, 10),
+      name: file.name,
+      sql: file.sql.replaceAll('{{schema}}', quoted),
+      breaking: BREAKING_MARK.test(file.sql),
     })),
   )
 }
 
 /**
- * Applies the schema: each migration in its own transaction, under a transaction-scoped
- * advisory lock, so twenty processes migrating at once end with one schema and no error
- * (style rule 9). Safe to run again: applied migrations are skipped.
+ * Applies the schema: each migration in its own transaction, under a transaction-scoped advisory
+ * lock, so twenty processes migrating at once end with one schema and no error
+ * (docs/conventions.md, "Migrations"). Every lock wait is bounded by `lockTimeoutMs`, and an attempt
+ * that times out is retried until `timeoutMs`: a stuck migrator, or a long transaction holding a
+ * table a migration alters, delays a start instead of hanging it (and queueing every request
+ * behind the waiting DDL). Safe to run again: applied migrations are skipped. Migrations applied
+ * by a newer oncely are allowed when additive and stop this one when breaking
+ * (`ONCELY_SCHEMA_TOO_NEW`).
  *
  * @example
  * ```ts
@@ -53,51 +78,132 @@ export async function loadMigrations(schema: string = DEFAULT_SCHEMA): Promise<M
  * ```
  */
 export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
-  const schema = options.schema ?? DEFAULT_SCHEMA
-  const quoted = quoteSchema(schema)
+  const resolved = resolveMigrateOptions(options)
+  const { pool, schema, quoted } = resolved
   const migrations = await loadMigrations(schema)
   const known = new Set(migrations.map((migration) => migration.id))
   const applied: Migration[] = []
+  let newer: AppliedMigrationRow[] = []
+  const deadline = Date.now() + resolved.timeoutMs
   for (const migration of migrations) {
-    await withTransaction(options.pool, async (tx) => {
-      await lockSchema(tx, schema)
-      await tx.query({ text: `CREATE SCHEMA IF NOT EXISTS ${quoted}` })
-      await tx.query({
-        text: `CREATE TABLE IF NOT EXISTS ${quoted}.migrations (
-                 id integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-      })
-      const { rows } = await tx.query<{ id: number }>({ text: `SELECT id FROM ${quoted}.migrations` })
-      const unknown = rows.filter((row) => !known.has(row.id))
-      if (unknown.length > 0) {
-        throw new OncelyError(
-          'ONCELY_SCHEMA_TOO_NEW',
-          `schema ${quoted} has migrations ${unknown.map((row) => row.id).join(', ')} that this version of oncely does not ship`,
-        )
-      }
-      if (rows.some((row) => row.id === migration.id)) return
-      try {
-        await tx.query({ text: migration.sql })
-      } catch (cause) {
-        throw new OncelyError('ONCELY_MIGRATION_FAILED', `migration ${migration.name} failed: ${(cause as Error).message}`, { cause })
-      }
-      await tx.query({ text: `INSERT INTO ${quoted}.migrations (id, name) VALUES ($1, $2)`, values: [migration.id, migration.name] })
-      applied.push(migration)
-    })
+    await retryWhileLocked(deadline, resolved.timeoutMs, () =>
+      withTransaction(pool, async (tx) => {
+        await tx.query({ text: SET_LOCK_TIMEOUT, values: [String(resolved.lockTimeoutMs)] })
+        await tx.query({ text: LOCK_MIGRATIONS, values: [schema] })
+        await tx.query({ text: CREATE_SCHEMA(quoted) })
+        await tx.query({ text: CREATE_MIGRATIONS_TABLE(quoted) })
+        await tx.query({ text: ADD_MIGRATIONS_BREAKING(quoted) })
+        const { rows } = await tx.query<AppliedMigrationRow>({ text: SELECT_APPLIED_MIGRATIONS(quoted) })
+        newer = rows.filter((row) => !known.has(row.id))
+        refuseBreaking(quoted, newer)
+        if (rows.some((row) => row.id === migration.id)) return
+        try {
+          await tx.query({ text: migration.sql })
+        } catch (cause) {
+          if (sqlState(cause) === SQLSTATE.lockNotAvailable) throw cause
+          throw new OncelyError('ONCELY_MIGRATION_FAILED', `migration ${migration.name} failed: ${(cause as Error).message}`, { cause })
+        }
+        await tx.query({ text: INSERT_APPLIED_MIGRATION(quoted), values: [migration.id, migration.name, migration.breaking] })
+        applied.push(migration)
+      }),
+    )
   }
-  return { applied }
+  return { applied, newer: newer.map(({ id, name }) => ({ id, name })) }
+}
+
+/** Where a schema stands against the migrations this version ships. */
+export interface MigrationStatus {
+  /** Shipped migrations not applied yet: `oncely migrate` applies them. */
+  pending: Array<{ id: number; name: string }>
+  /** Applied by a newer oncely; a breaking one means this version must not run on the schema. */
+  newer: Array<{ id: number; name: string; breaking: boolean }>
+}
+
+/**
+ * Reads, without changing anything, which shipped migrations a schema lacks and which newer ones
+ * it has: for a process started with migrations turned off, to refuse to run on a schema it does
+ * not match and say what to run.
+ *
+ * @example
+ * ```ts
+ * import pg from 'pg'
+ * import { migrationStatus } from 'oncely/postgres'
+ * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL })
+ * const { pending } = await migrationStatus({ pool })
+ * if (pending.length > 0) console.error('run: npx oncely migrate')
+ * ```
+ */
+export async function migrationStatus(options: { pool: PoolLike; schema?: string }): Promise<MigrationStatus> {
+  const { pool, schema, quoted } = resolveMigrateOptions(options)
+  const migrations = await loadMigrations(schema)
+  const { rows: exists } = await pool.query<{ present: boolean }>({ text: TABLE_EXISTS, values: [`${quoted}.migrations`] })
+  const rows = exists[0]?.present === true ? (await pool.query<AppliedMigrationRow>({ text: SELECT_APPLIED_MIGRATIONS(quoted) }).catch(() => oldMigrationsTable(pool, quoted))).rows : []
+  const applied = new Set(rows.map((row) => row.id))
+  const known = new Set(migrations.map((migration) => migration.id))
+  return {
+    pending: migrations.filter((migration) => !applied.has(migration.id)).map(({ id, name }) => ({ id, name })),
+    newer: rows.filter((row) => !known.has(row.id)).map(({ id, name, breaking }) => ({ id, name, breaking })),
+  }
 }
 
 /** The SQL `migrate` would run on an empty database, for `oncely migrate --dry-run`. */
 export async function migrationSql(schema: string = DEFAULT_SCHEMA): Promise<string> {
   const quoted = quoteSchema(schema)
   const parts = (await loadMigrations(schema)).map((migration) => `-- ${migration.name}\n${migration.sql.trim()}\n`)
-  return [`CREATE SCHEMA IF NOT EXISTS ${quoted};\n`, ...parts].join('\n')
+  return [`${CREATE_SCHEMA(quoted)};\n`, ...parts].join('\n')
+}
+
+function resolveMigrateOptions(options: Partial<MigrateOptions> | undefined): { pool: PoolLike; schema: string; quoted: string; lockTimeoutMs: number; timeoutMs: number } {
+  if (typeof options !== 'object' || options === null) {
+    throw new OncelyError('ONCELY_INVALID_OPTION', `migrate() takes an options object { pool, schema? }, got ${options === null ? 'null' : typeof options}`)
+  }
+  const { pool } = options
+  if (typeof pool !== 'object' || pool === null || typeof pool.query !== 'function' || typeof pool.connect !== 'function') {
+    throw new OncelyError('ONCELY_INVALID_OPTION', 'pool must be a pg-shaped pool with query() and connect() (a pg.Pool fits)')
+  }
+  const schema = options.schema ?? DEFAULT_SCHEMA
+  const quoted = quoteSchema(schema)
+  return { pool, schema, quoted, lockTimeoutMs: positiveInteger('lockTimeoutMs', options.lockTimeoutMs, 2000), timeoutMs: positiveInteger('timeoutMs', options.timeoutMs, 60_000) }
+}
+
+function positiveInteger(name: string, value: unknown, fallback: number): number {
+  if (value === undefined) return fallback
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) {
+    throw new OncelyError('ONCELY_INVALID_OPTION', `${name} must be a whole number of milliseconds of at least 1, got ${JSON.stringify(value)}`)
+  }
+  return value
+}
+
+function refuseBreaking(quoted: string, newer: AppliedMigrationRow[]): void {
+  const breaking = newer.filter((row) => row.breaking)
+  if (breaking.length > 0) {
+    throw new OncelyError(
+      'ONCELY_SCHEMA_TOO_NEW',
+      `schema ${quoted} has breaking migrations this version of oncely does not ship (${breaking.map((row) => row.name).join(', ')}): upgrade oncely`,
+    )
+  }
 }
 
 /**
- * Serialises migrators of one schema. The lock is transaction-scoped, so it is released by
- * COMMIT or ROLLBACK even if the process dies, and it works through PgBouncer.
+ * Runs `attempt` again while it fails on a lock wait (SQLSTATE 55P03), with a short jittered
+ * pause, until `deadline`; then throws `ONCELY_MIGRATION_LOCKED`.
  */
-async function lockSchema(tx: Queryable, schema: string): Promise<void> {
-  await tx.query({ text: `SELECT pg_advisory_xact_lock(hashtext('oncely:migrate'), hashtext($1))`, values: [schema] })
+async function retryWhileLocked(deadline: number, timeoutMs: number, attempt: () => Promise<void>): Promise<void> {
+  for (;;) {
+    try {
+      return await attempt()
+    } catch (error) {
+      if (sqlState(error) !== SQLSTATE.lockNotAvailable) throw error
+      if (Date.now() >= deadline) {
+        throw new OncelyError('ONCELY_MIGRATION_LOCKED', `the migration lock, or a table a migration alters, stayed held for ${timeoutMs} ms: is a migrator or a long transaction stuck?`, { cause: error })
+      }
+      await new Promise((resolve) => setTimeout(resolve, 50 + Math.random() * 200))
+    }
+  }
+}
+
+/** A migrations table from before `breaking` existed: every row counts as additive. */
+async function oldMigrationsTable(db: Queryable, quoted: string): Promise<{ rows: AppliedMigrationRow[] }> {
+  const { rows } = await db.query<{ id: number; name: string }>({ text: SELECT_APPLIED_MIGRATIONS_WITHOUT_BREAKING(quoted) })
+  return { rows: rows.map((row) => ({ ...row, breaking: false })) }
 }

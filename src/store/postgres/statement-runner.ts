@@ -69,6 +69,11 @@ export async function transaction<T>(
     throw isTransientPgError(error) || sqlState(error) === undefined ? classified(error, 'a connection') : error
   }
   let broken: unknown
+  // pg's pool stops listening for a checked-out connection's errors: one that dies mid-transaction
+  // would emit an unhandled 'error' and crash the process. Its queries fail anyway; note it here.
+  const onError = (error: unknown) => (broken ??= error)
+  const events = client as Partial<Pick<NodeJS.EventEmitter, 'on' | 'off'>>
+  events.on?.('error', onError)
   const tx: Queryable = {
     async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
       try {
@@ -96,6 +101,8 @@ export async function transaction<T>(
     throw error
   } finally {
     client.release(broken === undefined ? undefined : broken instanceof Error ? broken : new Error('connection broken'))
+    // A broken connection is being destroyed and may still report errors: it keeps the listener.
+    if (broken === undefined) events.off?.('error', onError)
   }
 }
 

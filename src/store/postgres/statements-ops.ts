@@ -93,7 +93,7 @@ export interface OpsStatements {
 export function buildOpsStatements(schema: string): OpsStatements {
   const table = `${schema}.idempotency_key`
   const columns = `k.user_id, k.key, k.status, k.claim_id::text, k.request_hash, k.recovery_point,
-         k.lock_token IS NOT NULL AS held, k.locked_at::text, k.created_at::text, k.expires_at::text,
+         (k.status = 'in_progress' AND k.lock_token IS NOT NULL) AS held, k.locked_at::text, k.created_at::text, k.expires_at::text,
          CASE WHEN k.status = 'in_progress' THEN ${ageMs('k.locked_at')} END AS lease_age_ms,
          ${ageMs('k.created_at')} AS age_ms, k.expires_at <= now() AS expired,
          k.status = 'in_progress' AND (k.lock_token IS NULL OR k.locked_at <= now() - ${ms('$1')}) AS stuck,

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { OncelyError } from '../../errors.js'
-import type { ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, TakeOverInput } from '../../engine/store.js'
+import type { ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, TakeOverInput } from '../../engine/store.js'
 import type { ClaimAttempt, ClaimSnapshot, ClaimState } from '../../engine/types.js'
 import type { PoolLike, Queryable } from './executor.js'
 import { claimOf, snapshotOf } from './key-rows.js'
@@ -116,11 +116,11 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       const { rows } = await run<KeyRow>(pool, sql.readKey, [scope, key])
       return rows[0] ? snapshotOf(scope, key, rows[0]) : null
     },
-    async takeOver(seen: ClaimSnapshot, take: TakeOverInput): Promise<ClaimState | null> {
+    async takeOver(seen: SeenClaim, take: TakeOverInput): Promise<ClaimState | null> {
       const values = [seen.scope, seen.key, seen.claimId, seen.fenceToken, take.staleAfterMs, take.fenceToken, take.ttlMs, lockTimeoutMs]
       return held(seen.scope, seen.key, sql.takeOver, values)
     },
-    async reclaimExpired(seen: ClaimSnapshot, request: ReclaimInput): Promise<ClaimState | null> {
+    async reclaimExpired(seen: SeenClaim, request: ReclaimInput): Promise<ClaimState | null> {
       const values = [seen.scope, seen.key, seen.claimId, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs]
       return held(seen.scope, seen.key, sql.reclaimExpired, values)
     },

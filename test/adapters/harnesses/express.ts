@@ -1,7 +1,6 @@
 import { createServer } from 'node:http'
 import express from 'express'
-import { idempotency, type IdempotencyContext } from '../../../src/adapters/express.js'
-import type { Queryable } from '../../../src/store/postgres/index.js'
+import { idempotency } from '../../../src/adapters/express.js'
 import { frameworkOptions, serveOnFreePort, type AdapterHarness } from '../harness.js'
 
 export const expressHarness: AdapterHarness = {
@@ -15,7 +14,7 @@ export const expressHarness: AdapterHarness = {
         const output = await route.handler({
           body: req.body as unknown,
           params: req.params as Record<string, string>,
-          idempotency: req.idempotency as IdempotencyContext<Queryable> | undefined,
+          idempotency: req.idempotency,
         })
         res.status(output.status).set(output.headers ?? {})
         if ('stream' in output) {

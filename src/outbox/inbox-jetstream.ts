@@ -1,0 +1,108 @@
+import type { NatsConnection } from '@nats-io/transport-node'
+import { invalid, positiveInteger } from '../engine/options.js'
+import { withTransaction, type PoolLike, type Queryable } from '../store/postgres/executor.js'
+import { parseEnvelope, type EventEnvelope } from './envelope.js'
+import { createOutbox } from './outbox.js'
+
+export interface JetStreamInboxOptions {
+  /** The consumer's database: the inbox row and the handler's writes commit there together. (Default: none, required) */
+  pool: PoolLike
+  /** Schema holding oncely's inbox table. (Default: `oncely`) */
+  schema?: string
+  /** A NATS connection; the helper never closes it. (Default: none, required) */
+  connection: NatsConnection
+  /** The durable JetStream consumer, created if absent, and the inbox's consumer name. (Default: none, required) */
+  consumer: string
+  /** The stream to read. (Default: `ONCELY_EVENTS`) */
+  stream?: string
+  /** Subjects this consumer takes (one filter: NATS 2.9 has no `filter_subjects`). (Default: `oncely.events.>`) */
+  filterSubject?: string
+  /** Deliveries of one message before JetStream stops redelivering it: the bound on a poison message. (Default: 5) */
+  maxDeliver?: number
+  /** A consumer this helper creates reads the stream from its start (`all`) or only what arrives after it (`new`). (Default: `all`) */
+  deliver?: 'all' | 'new'
+  /** A message not acknowledged within this is redelivered. (Default: 30000) */
+  ackWaitMs?: number
+  /** Applies one event inside the inbox's transaction; throwing rolls both back and the message is redelivered. */
+  handler: (event: EventEnvelope, tx: Queryable) => Promise<void>
+  /** Where poison messages and failures are reported. (Default: `console.warn`) */
+  log?: (line: string) => void
+}
+
+/** A running consumer. */
+export interface RunningConsumer {
+  /** Stops taking messages; resolves once the one in hand is settled. */
+  stop(): Promise<void>
+  /** The longest time over which the broker may deliver one message again. */
+  readonly redeliveryHorizonMs: number
+}
+
+/**
+ * Applies each event of a JetStream stream once: the inbox row and the handler's writes commit
+ * together, and the message is acknowledged only after that commit, so a crash before the ack
+ * redelivers an event the inbox then skips. Messages are handled one at a time, in stream order.
+ *
+ * @example
+ * ```ts
+ * import { connect } from '@nats-io/transport-node'
+ * import { consumeJetStream } from 'oncely/outbox'
+ * const running = await consumeJetStream({
+ *   pool, connection: await connect({ servers: 'nats://127.0.0.1:4222' }), consumer: 'billing',
+ *   handler: async (event, tx) => { await tx.query({ text: 'INSERT INTO seen (id) VALUES ($1)', values: [event.id] }) },
+ * })
+ * ```
+ */
+export async function consumeJetStream(options: JetStreamInboxOptions): Promise<RunningConsumer> {
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
+  if (typeof options.consumer !== 'string' || !/^[A-Za-z0-9_-]+$/.test(options.consumer)) throw invalid('consumer', 'must be a durable name: letters, digits, _ or -', options.consumer)
+  if (typeof options.handler !== 'function') throw invalid('handler', 'must be a function', options.handler)
+  const stream = options.stream ?? 'ONCELY_EVENTS'
+  const maxDeliver = positiveInteger('maxDeliver', options.maxDeliver ?? 5)
+  const ackWaitMs = positiveInteger('ackWaitMs', options.ackWaitMs ?? 30_000)
+  const log = options.log ?? ((line: string) => console.warn(line))
+  const inbox = createOutbox(options.schema === undefined ? {} : { schema: options.schema })
+  const { jetstream, jetstreamManager, AckPolicy, DeliverPolicy } = await import('@nats-io/jetstream')
+  const { nanos } = await import('@nats-io/transport-node')
+  const jsm = await jetstreamManager(options.connection)
+  const config = {
+    durable_name: options.consumer,
+    deliver_policy: options.deliver === 'new' ? DeliverPolicy.New : DeliverPolicy.All,
+    ack_policy: AckPolicy.Explicit,     max_deliver: maxDeliver,
+    ack_wait: nanos(ackWaitMs),
+    filter_subject: options.filterSubject ?? 'oncely.events.>',
+  }
+  try {
+    await jsm.consumers.add(stream, config)
+  } catch {
+    // It exists with another configuration: bring it to this one.
+    await jsm.consumers.update(stream, options.consumer, { max_deliver: maxDeliver, ack_wait: nanos(ackWaitMs), filter_subject: config.filter_subject })
+  }
+  const consumer = await jetstream(options.connection).consumers.get(stream, options.consumer)
+  const messages = await consumer.consume({ max_messages: 64 })
+  const done = (async () => {
+    for await (const message of messages) {
+      const event = parseEnvelope(message.data)
+      if (!event) {
+        log(`oncely inbox ${options.consumer}: message ${message.seq} is not an event envelope; terminated`)
+        message.term()
+        continue
+      }
+      try {
+        await withTransaction(options.pool, (tx) => inbox.consume(tx, { consumer: options.consumer, eventId: event.id }, (inTx) => options.handler(event, inTx)))
+        // Acknowledged after the commit: a lost ack only redelivers what the inbox now skips.
+        message.ack()
+      } catch (error) {
+        const last = message.info.deliveryCount >= maxDeliver
+        log(`oncely inbox ${options.consumer}: event ${event.id} failed (delivery ${message.info.deliveryCount} of ${maxDeliver}${last ? ', the last' : ''}): ${(error as Error).message}`)
+        message.nak(Math.min(ackWaitMs, 1000 * message.info.deliveryCount))
+      }
+    }
+  })()
+  return {
+    redeliveryHorizonMs: ackWaitMs * maxDeliver,
+    async stop() {
+      await messages.close()
+      await done
+    },
+  }
+}

@@ -1,0 +1,125 @@
+import { createHash } from 'node:crypto'
+import type { Queryable } from '../store/postgres/executor.js'
+import { DEFAULT_SCHEMA, quoteSchema } from '../store/postgres/schema-name.js'
+import { bind, buildOutboxStatements, outboxChannel, type OutboxStatements } from '../store/postgres/statements-outbox.js'
+import { invalid } from '../engine/options.js'
+import { checkEvent, type EnqueuedEvent, type OutboxEvent } from './event.js'
+import { consumeOnce, type ConsumeResult, type InboxEntry } from './inbox.js'
+import { assertInTransaction } from './in-transaction.js'
+import { activeTraceparent } from './trace-context.js'
+import { uuidv7 } from './uuid-v7.js'
+
+export interface OutboxOptions {
+  /** Schema holding oncely's tables. (Default: `oncely`) */
+  schema?: string
+  /**
+   * Also `NOTIFY` the relay's channel in the writing transaction, so a listening relay wakes at
+   * once instead of at its next poll. A NOTIFY takes a database-wide lock at commit, which
+   * serialises the commits of every transaction that sends one: turn it off when commit
+   * throughput matters more than the relay's latency (the poll interval then bounds it).
+   * (Default: true)
+   */
+  notify?: boolean
+  /** Prepare the statements once per connection; turn off behind PgBouncer in transaction mode. (Default: true) */
+  preparedStatements?: boolean
+}
+
+/** The outbox's write side and the inbox, bound to one schema. */
+export interface Outbox {
+  readonly schema: string
+  /**
+   * Writes `event` in the caller's open transaction (Invariant 8): it commits, or rolls back,
+   * with the caller's writes. Refuses a handle outside a transaction (`ONCELY_NOT_IN_TRANSACTION`).
+   */
+  enqueue(tx: Queryable, event: OutboxEvent): Promise<EnqueuedEvent>
+  /**
+   * Records `(consumer, eventId)` in the consumer's open transaction and runs `handler` in it
+   * only when the row is new: a redelivered event changes nothing (Invariant 13).
+   */
+  consume<T>(tx: Queryable, entry: InboxEntry, handler: (tx: Queryable) => Promise<T> | T): Promise<ConsumeResult<T>>
+  /** The statements, for the relay and the operations tooling. */
+  readonly statements: OutboxStatements
+  /** The NOTIFY channel the relay listens on. */
+  readonly channel: string
+}
+
+/**
+ * The outbox of one schema.
+ *
+ * @example
+ * ```ts
+ * import { withTransaction } from 'oncely/postgres'
+ * import { createOutbox } from 'oncely/outbox'
+ * const outbox = createOutbox({ schema: 'oncely' })
+ * await withTransaction(pool, async (tx) => {
+ *   await tx.query({ text: 'INSERT INTO orders (id) VALUES ($1)', values: [42] })
+ *   await outbox.enqueue(tx, { type: 'order.placed', key: 'cus_1', payload: { order: 42 } })
+ * })
+ * ```
+ */
+export function createOutbox(options: OutboxOptions = {}): Outbox {
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
+  const schema = options.schema ?? DEFAULT_SCHEMA
+  const quoted = quoteSchema(schema)
+  const notify = options.notify ?? true
+  if (typeof notify !== 'boolean') throw invalid('notify', 'must be a boolean', notify)
+  const prepared = options.preparedStatements ?? true
+  if (typeof prepared !== 'boolean') throw invalid('preparedStatements', 'must be a boolean', prepared)
+  const prefix = prepared ? `oncely_${createHash('sha256').update(quoted).digest('hex').slice(0, 8)}` : undefined
+  const statements = buildOutboxStatements(quoted, prefix)
+  const channel = outboxChannel(schema)
+  return Object.freeze({
+    schema,
+    statements,
+    channel,
+    async enqueue(tx: Queryable, event: OutboxEvent): Promise<EnqueuedEvent> {
+      const checked = checkEvent(event)
+      await assertInTransaction(tx, statements, 'enqueue')
+      const id = checked.id ?? uuidv7()
+      const traceparent = checked.headers.traceparent ?? (await activeTraceparent())
+      const headers = traceparent === undefined ? checked.headers : { ...checked.headers, traceparent }
+      const values = [id, checked.type, checked.key, checked.payloadText, JSON.stringify(headers), checked.occurredAt.toISOString()]
+      const statement = notify ? statements.enqueueAndNotify : statements.enqueue
+      await tx.query(bind(statement, notify ? [...values, channel] : values))
+      return { id, type: checked.type, key: checked.key }
+    },
+    consume: <T>(tx: Queryable, entry: InboxEntry, handler: (tx: Queryable) => Promise<T> | T) => consumeOnce(statements, tx, entry, handler),
+  })
+}
+
+const defaultOutbox = createOutbox()
+
+/**
+ * Writes `event` in the caller's open transaction, in the default schema `oncely`; see
+ * `createOutbox` for another schema.
+ *
+ * @example
+ * ```ts
+ * import { withTransaction } from 'oncely/postgres'
+ * import { enqueue } from 'oncely/outbox'
+ * await withTransaction(pool, async (tx) => {
+ *   await enqueue(tx, { type: 'order.placed', key: 'cus_1', payload: { order: 42 } })
+ * })
+ * ```
+ */
+export function enqueue(tx: Queryable, event: OutboxEvent): Promise<EnqueuedEvent> {
+  return defaultOutbox.enqueue(tx, event)
+}
+
+/**
+ * Runs `handler` in the consumer's open transaction only if `(consumer, eventId)` is new there,
+ * in the default schema `oncely`.
+ *
+ * @example
+ * ```ts
+ * import { withTransaction } from 'oncely/postgres'
+ * import { consume } from 'oncely/outbox'
+ * await withTransaction(pool, (tx) =>
+ *   consume(tx, { consumer: 'billing', eventId: id }, async (tx) => {
+ *     await tx.query({ text: 'UPDATE totals SET n = n + 1' })
+ *   }))
+ * ```
+ */
+export function consume<T>(tx: Queryable, entry: InboxEntry, handler: (tx: Queryable) => Promise<T> | T): Promise<ConsumeResult<T>> {
+  return defaultOutbox.consume(tx, entry, handler)
+}

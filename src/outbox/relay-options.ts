@@ -1,0 +1,79 @@
+import { invalid, positiveInteger } from '../engine/options.js'
+import type { PoolLike } from '../store/postgres/executor.js'
+import { DEFAULT_SCHEMA } from '../store/postgres/schema-name.js'
+import type { Publisher } from './publisher.js'
+
+export interface RelayOptions {
+  /** A `pg`-shaped pool on the outbox's database; the LISTEN connection is checked out of it. (Default: none, required) */
+  pool: PoolLike
+  /** Where events go. (Default: none, required) */
+  publisher: Publisher
+  /** Schema holding oncely's tables. (Default: `oncely`) */
+  schema?: string
+  /** Events claimed per batch, heads and the events behind them together. (Default: 100) */
+  batchSize?: number
+  /** How long a claimed batch is this relay's; after it, another relay may publish it again. (Default: 30000) */
+  leaseMs?: number
+  /** A publish not confirmed within this is a failure (retried). Must be below `leaseMs`. (Default: 10000) */
+  publishTimeoutMs?: number
+  /** The truth: the outbox is read at least this often, whatever notifications do. (Default: 1000) */
+  pollIntervalMs?: number
+  /** Wake up on the outbox's `NOTIFY` through a dedicated connection. (Default: true) */
+  listen?: boolean
+  /** Publishes in flight at once, across ordering keys; one key's events go one at a time. (Default: 16) */
+  maxInFlight?: number
+  /** Attempts before an event is dead-lettered. (Default: 10) */
+  maxAttempts?: number
+  /** First backoff delay after a failed publish; doubles per attempt. (Default: 1000) */
+  backoffBaseMs?: number
+  /** The backoff's cap. (Default: 300000) */
+  backoffMaxMs?: number
+  /** Sent events are deleted after this long; 0 keeps them. (Default: 604800000, 7 days) */
+  retentionMs?: number
+  /** How often the relay prunes sent events. (Default: 60000) */
+  pruneIntervalMs?: number
+  /** Where the relay writes what it does not throw: dead letters, lost connections, warnings. (Default: `console.warn`) */
+  log?: (line: string) => void
+}
+
+export type ResolvedRelayOptions = Readonly<Required<Omit<RelayOptions, 'schema'>> & { schema: string }>
+
+export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
+  const { pool, publisher } = options
+  if (typeof pool !== 'object' || pool === null || typeof pool.query !== 'function' || typeof pool.connect !== 'function') {
+    throw invalid('pool', 'must have query() and connect(), like pg.Pool', pool)
+  }
+  if (typeof publisher !== 'object' || publisher === null || typeof publisher.publish !== 'function' || typeof publisher.close !== 'function') {
+    throw invalid('publisher', 'must be a Publisher: { name, publish(message), close() }', publisher)
+  }
+  const leaseMs = positiveInteger('leaseMs', options.leaseMs ?? 30_000)
+  const publishTimeoutMs = positiveInteger('publishTimeoutMs', options.publishTimeoutMs ?? Math.min(10_000, Math.floor(leaseMs / 2)))
+  if (publishTimeoutMs >= leaseMs) throw invalid('publishTimeoutMs', `must be below leaseMs (${leaseMs})`, publishTimeoutMs)
+  const backoffBaseMs = positiveInteger('backoffBaseMs', options.backoffBaseMs ?? 1000)
+  const backoffMaxMs = positiveInteger('backoffMaxMs', options.backoffMaxMs ?? 300_000)
+  if (backoffMaxMs < backoffBaseMs) throw invalid('backoffMaxMs', `must be at least backoffBaseMs (${backoffBaseMs})`, backoffMaxMs)
+  const retentionMs = options.retentionMs ?? 604_800_000
+  if (!Number.isSafeInteger(retentionMs) || retentionMs < 0) throw invalid('retentionMs', 'must be a whole number of milliseconds', retentionMs)
+  const listen = options.listen ?? true
+  if (typeof listen !== 'boolean') throw invalid('listen', 'must be a boolean', listen)
+  const log = options.log ?? ((line: string) => console.warn(line))
+  if (typeof log !== 'function') throw invalid('log', 'must be a function', log)
+  return Object.freeze({
+    pool,
+    publisher,
+    schema: options.schema ?? DEFAULT_SCHEMA,
+    batchSize: positiveInteger('batchSize', options.batchSize ?? 100),
+    leaseMs,
+    publishTimeoutMs,
+    pollIntervalMs: positiveInteger('pollIntervalMs', options.pollIntervalMs ?? 1000),
+    listen,
+    maxInFlight: positiveInteger('maxInFlight', options.maxInFlight ?? 16),
+    maxAttempts: positiveInteger('maxAttempts', options.maxAttempts ?? 10),
+    backoffBaseMs,
+    backoffMaxMs,
+    retentionMs,
+    pruneIntervalMs: positiveInteger('pruneIntervalMs', options.pruneIntervalMs ?? 60_000),
+    log,
+  })
+}

@@ -1,0 +1,89 @@
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createEngine, fingerprintRequest } from '../../src/index.js'
+import { createPostgresStore } from '../../src/store/postgres/index.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { ageClaim, engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
+
+let db: TestDatabase
+let proxy: DatabaseProxy
+let pool: pg.Pool
+beforeAll(async () => {
+  db = await createTestDatabase()
+  await db.pool.query('CREATE TABLE charges (id text PRIMARY KEY)')
+  proxy = await startDatabaseProxy(db.url)
+  pool = new pg.Pool({ connectionString: proxy.url, max: 5 })
+  pool.on('error', () => undefined)
+})
+afterAll(async () => {
+  await pool.end()
+  await proxy.close()
+  await db.close()
+})
+
+const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 9 } })
+const engine = () => createEngine({ store: createPostgresStore({ pool, schema: db.schema }), staleAfterMs: 60_000 })
+const input = (key: string) => ({ scope: 'u1', key, fingerprint })
+
+async function begin(key: string) {
+  const decision = await engine().begin(input(key))
+  if (decision.kind !== 'execute') throw new Error(`expected execute, got ${decision.kind}`)
+  return decision.execution
+}
+
+// Issue 8, path 16: a write committed, its answer lost with the connection. The worker must
+// recognise its own write by the token it minted, never see it as someone else's.
+describe('a write whose answer was lost is recognised as this worker’s own (issue 8, path 16)', () => {
+  it('the claim: the retry finds its own claim, not a conflict', async () => {
+    const cut = proxy.dropNextAnswerTo('_claim')
+    const execution = await begin('lost-claim')
+    await cut
+    expect(execution.how).toBe('new')
+    await execution.complete(jsonResponse(201, '{}'))
+  })
+
+  it('a step: committed once, the worker goes on', async () => {
+    const execution = await begin('lost-step')
+    const cut = proxy.dropNextAnswerTo('_commit_phase')
+    expect(await execution.step('charge', async () => ({ id: 'ch_1' }))).toEqual({ id: 'ch_1' })
+    await cut
+    expect(execution.recoveryPoint).toBe('charge')
+    await execution.complete(jsonResponse(201, '{}'))
+  })
+
+  it('the completion: ends completed, not lock lost', async () => {
+    const execution = await begin('lost-complete')
+    const cut = proxy.dropNextAnswerTo('_complete')
+    await execution.complete(jsonResponse(201, '{"ok":true}'))
+    await cut
+    expect(execution.state).toBe('completed')
+  })
+
+  it('the COMMIT of the completion transaction: the business writes are not run again, the value comes back', async () => {
+    const execution = await begin('lost-commit')
+    let runs = 0
+    const cut = proxy.dropNextAnswerTo('COMMIT')
+    const value = await execution.completeInTransaction(async (tx) => {
+      runs++
+      await tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: ['ch_commit'] })
+      return { response: jsonResponse(201, '{}'), value: 'ch_commit' }
+    })
+    await cut
+    expect({ value, runs, state: execution.state }).toEqual({ value: 'ch_commit', runs: 1, state: 'completed' })
+  })
+
+  it('a take-over: the retry owns the claim it took', async () => {
+    const { engine: direct } = engineOn(db)
+    const dead = await direct.begin(input('lost-take-over'))
+    if (dead.kind !== 'execute') throw new Error(dead.kind)
+    await ageClaim(db, 'u1', 'lost-take-over')
+    const cut = proxy.dropNextAnswerTo('_take_over')
+    const taker = await begin('lost-take-over')
+    await cut
+    expect(taker.how).toBe('take-over')
+    await taker.complete(jsonResponse(201, '{}'))
+    const { rows } = await db.pool.query(`SELECT status FROM ${keyTable(db)} WHERE key = 'lost-take-over'`)
+    expect(rows).toEqual([{ status: 'completed' }])
+  })
+})

@@ -1,0 +1,91 @@
+import net from 'node:net'
+import type { AddressInfo } from 'node:net'
+import { trackOpenHandle } from '../setup/guard-open-handles.js'
+
+export interface DatabaseProxy {
+  /** The test database's URL, through the proxy. */
+  readonly url: string
+  /** Cuts every open connection and refuses new ones, as a database restart does. */
+  cut(): void
+  /** Accepts connections again. */
+  restore(): void
+  /**
+   * Once: the next statement whose bytes contain `marker` (a prepared statement's name, or SQL
+   * text) reaches the server and runs; its answer is dropped and the connection cut, as when a
+   * connection dies after the commit. Resolves when the cut happened.
+   */
+  dropNextAnswerTo(marker: string): Promise<void>
+  close(): Promise<void>
+}
+
+/**
+ * A real TCP proxy in front of the test's PostgreSQL, to take the database away from a pool and
+ * give it back without touching the machine's shared server.
+ */
+export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseProxy> {
+  const upstream = new URL(databaseUrl)
+  const upstreamPort = Number(upstream.port || 5432)
+  const sockets = new Set<net.Socket>()
+  let down = false
+  let armed: { marker: Buffer; cut: () => void } | undefined
+  const server = net.createServer((client) => {
+    if (down) {
+      client.resetAndDestroy()
+      return
+    }
+    const server = net.connect(upstreamPort, upstream.hostname)
+    for (const socket of [client, server]) {
+      sockets.add(socket)
+      socket.on('close', () => sockets.delete(socket))
+      socket.on('error', () => {
+        client.destroy()
+        server.destroy()
+      })
+    }
+    let dropNext = false
+    client.on('data', (chunk: Buffer) => {
+      if (armed && chunk.includes(armed.marker)) {
+        dropNext = true
+        const { cut } = armed
+        armed = undefined
+        server.once('data', () => {
+          client.resetAndDestroy()
+          server.destroy()
+          cut()
+        })
+      }
+      server.write(chunk)
+    })
+    server.on('data', (chunk: Buffer) => {
+      if (!dropNext) client.write(chunk)
+    })
+    client.on('close', () => server.destroy())
+    server.on('close', () => client.destroy())
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const port = (server.address() as AddressInfo).port
+  const untrack = trackOpenHandle(`database proxy on port ${port}`)
+  const proxied = new URL(databaseUrl)
+  proxied.hostname = '127.0.0.1'
+  proxied.port = String(port)
+  return {
+    url: proxied.toString(),
+    cut() {
+      down = true
+      for (const socket of sockets) socket.resetAndDestroy()
+    },
+    restore() {
+      down = false
+    },
+    dropNextAnswerTo(marker: string) {
+      return new Promise<void>((resolve) => {
+        armed = { marker: Buffer.from(marker), cut: resolve }
+      })
+    },
+    async close() {
+      for (const socket of sockets) socket.destroy()
+      await new Promise<void>((resolve, reject) => server.close((error) => (error ? reject(error) : resolve())))
+      untrack()
+    },
+  }
+}
