@@ -37,7 +37,9 @@ describe.skipIf(!versionIndependentPass)('the database down for a second with re
     await bed.admin.query('BEGIN')
     await bed.admin.query('LOCK TABLE oncely_reference.charges IN ACCESS EXCLUSIVE MODE')
     bed.gate.releaseFirst(inCompletion.length)
-    await serviceWaitsOnLocks(bed, inCompletion.length)
+    // Half is enough: under load the service's 1 s lock_timeout may end the first waits before
+    // the last request arrives.
+    await serviceWaitsOnLocks(bed, Math.ceil(inCompletion.length / 2))
 
     // The database goes away: every connection cut, new ones refused.
     await bed.proxy.down()
