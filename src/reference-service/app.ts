@@ -113,6 +113,8 @@ async function isUnavailable(error: unknown, pool: PoolLike): Promise<boolean> {
   if (state !== undefined) return state.startsWith('08')
   const code = (error as { code?: unknown } | undefined)?.code
   if (typeof code === 'string' && CONNECTION_ERRORS.has(code)) return true
+  // The engine gave up retrying a database that stayed away (a step's commit, say): still the database's fault.
+  if (isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')) return true
   if (isOncelyError(error)) return false
   try {
     await pool.query({ text: 'SELECT 1' })

@@ -105,3 +105,28 @@ function snapshotSignalListeners(): { restore(): void } {
     },
   }
 }
+
+/**
+ * The service pool's timeouts: no request waits on the database without bound
+ * (docs/reference-service.md, "Database timeouts"). Each statement of a request is a short
+ * single-row read or write, so anything slower is a database in trouble, and the request is
+ * better answered 503 with `Retry-After` than held.
+ */
+export const SERVICE_POOL_SETTINGS = Object.freeze({
+  max: 20,
+  /**
+   * Opening a connection, and waiting for a free one when all 20 are busy. Short, because the
+   * engine retries a claim's transient failures for up to 2 s on top of it.
+   */
+  connectionTimeoutMillis: 1_000,
+  /** Server side: a statement running longer is cancelled (SQLSTATE 57014). */
+  statement_timeout: 5_000,
+  /** Server side: a statement waiting longer for a lock fails (SQLSTATE 55P03). */
+  lock_timeout: 1_000,
+  /** Server side: a transaction left open this long (its process hung) is ended, releasing its locks. */
+  idle_in_transaction_session_timeout: 10_000,
+  /** Client side: a server that stops answering without closing the connection. Above statement_timeout, so the server reports first. */
+  query_timeout: 6_000,
+  /** Notices a connection whose peer vanished without a FIN. */
+  keepAlive: true,
+})

@@ -9,7 +9,7 @@ import { createServiceApp } from './app.js'
 import { storeWithCache } from './cache.js'
 import { createChaos } from './chaos.js'
 import type { ServiceConfig } from './config.js'
-import { openDatabase } from './database.js'
+import { openDatabase, SERVICE_POOL_SETTINGS } from './database.js'
 import { claimFolder } from './folder-owner.js'
 import { checkSchemaAtStart } from './schema-check.js'
 import { createProviderClient } from './provider-client.js'
@@ -53,14 +53,24 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
     if (claim) cleanups.push({ stop: () => claim.release() })
     const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log })
     cleanups.push({ stop: () => database.stop(), adopted: database.adopted })
-    const pool = new pg.Pool({ connectionString: database.url, max: 20, connectionTimeoutMillis: 5000 })
+    if (config.migrate) {
+      // Migrations wait for each other's advisory lock and may build indexes: not under the
+      // request pool's timeouts.
+      const migrations = new pg.Pool({ connectionString: database.url, max: 1 })
+      try {
+        await migrate({ pool: migrations, schema: config.schema })
+        await withTransaction(migrations, createServiceTables)
+      } finally {
+        await migrations.end()
+      }
+    }
+    const pool = new pg.Pool({ connectionString: database.url, ...SERVICE_POOL_SETTINGS })
     // An idle connection the server drops must not take the process down.
     pool.on('error', (error) => log(`database connection lost: ${error.message}`))
+    // Nor one checked out between two statements of a transaction: pg emits the socket's error on
+    // the client, and a client out of the pool has no listener of the pool's.
+    pool.on('connect', (client) => client.on('error', () => {}))
     cleanups.push({ stop: () => pool.end() })
-    if (config.migrate) {
-      await migrate({ pool, schema: config.schema })
-      await withTransaction(pool, createServiceTables)
-    }
     await checkSchemaAtStart(pool, { schema: config.schema, migrated: config.migrate })
     const provider = config.providerUrl
       ? { url: config.providerUrl, description: `provider at ${config.providerUrl}`, adopted: false, pid: undefined, stop: async () => {} }
