@@ -46,6 +46,7 @@ export function idempotency<Tx extends RegisteredTx = RegisteredTx>(options: Ada
       query: req.query,
       body: req.body as unknown,
       bodyNotRead: req.body === undefined && requestHasBody(req.headers),
+      mediaType: req.headers['content-type'],
       key: req.headers['idempotency-key'],
     })
     if (gate.kind === 'answer') return sendAnswer(res, gate.answer)

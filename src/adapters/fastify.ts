@@ -42,6 +42,7 @@ const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options
       query: request.query as Record<string, unknown>,
       body: request.body,
       bodyNotRead: request.body === undefined && requestHasBody(request.headers),
+      mediaType: request.headers['content-type'],
       key: request.headers['idempotency-key'],
     })
     if (gate.kind === 'answer') return send(reply, gate.answer)

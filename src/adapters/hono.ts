@@ -42,6 +42,7 @@ export function idempotency<Tx = unknown, E extends Env = Env>(
       params,
       query: c.req.queries(),
       body: await readBody(c),
+      mediaType: c.req.header('content-type'),
       key: c.req.header('idempotency-key'),
     })
     if (gate.kind === 'answer') return toResponse(gate.answer)

@@ -58,6 +58,7 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
     params: parts.params ?? {},
     query: pickQuery(normalizeQuery(parts.query ?? {}), options.query),
     body: withoutFields(parts.body, options.excludeBodyFields),
+    ...(parts.mediaType === undefined ? {} : { mediaType: parts.mediaType }),
   })
   let decision
   try {

@@ -54,6 +54,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       query: req.query,
       body: req.body as unknown,
       bodyNotRead: req.body === undefined && requestHasBody(req.headers),
+      mediaType: req.headers['content-type'],
       key: req.headers['idempotency-key'],
     })
     if (gate.kind === 'unkeyed') {

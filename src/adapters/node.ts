@@ -73,6 +73,7 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
       params: route.params ?? {},
       query: Object.fromEntries([...url.searchParams.keys()].map((name) => [name, url.searchParams.getAll(name)])),
       body,
+      mediaType: req.headers['content-type'],
       key: req.headers['idempotency-key'],
     })
     if (gate.kind === 'answer') return sendAnswer(res, gate.answer)

@@ -42,6 +42,8 @@ export interface RequestParts {
   body?: unknown
   /** True when the request has a body that nobody parsed (a body parser missing or mounted after the guard). */
   bodyNotRead?: boolean
+  /** The request's `Content-Type`: a text body and a JSON string body never share a fingerprint. */
+  mediaType?: string | undefined
   key: string | readonly string[] | undefined | null
 }
 

@@ -1,6 +1,7 @@
 import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import type { ReconcileHook } from '../ops/reconciler.js'
+import { createOutbox } from '../outbox/index.js'
 import { chargeReconcileHook } from '../reference-service/charge-reconcile-hook.js'
 import type { PoolLike, Queryable } from '../store/postgres/index.js'
 import { UsageError } from './command.js'
@@ -8,7 +9,8 @@ import { UsageError } from './command.js'
 /** The hook of `oncely reconcile` and `oncely console`: `--hook MODULE`, else the reference service's. */
 export async function reconcileHookFrom(values: { hook?: string | undefined; 'provider-url'?: string | undefined }, pool: PoolLike, schema: string): Promise<ReconcileHook<Queryable>> {
   if (values.hook !== undefined) return loadHook(values.hook, pool, schema)
-  return chargeReconcileHook({ pool, providerUrl: values['provider-url'] ?? (process.env.PROVIDER_URL?.trim() || 'http://127.0.0.1:3001') })
+  const providerUrl = values['provider-url'] ?? (process.env.PROVIDER_URL?.trim() || 'http://127.0.0.1:3001')
+  return chargeReconcileHook({ pool, providerUrl, outbox: createOutbox({ schema }) })
 }
 
 async function loadHook(file: string, pool: PoolLike, schema: string): Promise<ReconcileHook<Queryable>> {

@@ -1,4 +1,6 @@
 import type { ReconcileHook } from '../ops/reconciler.js'
+import type { Outbox } from '../outbox/index.js'
+import { chargeSucceededEvent } from './events.js'
 import { withTransaction, type PoolLike, type Queryable } from '../store/postgres/index.js'
 import type { ProviderCharge } from './provider.js'
 import type { ProviderResult } from './provider-client.js'
@@ -9,11 +11,12 @@ import { insertCharge } from './sql.js'
  * The service's reconciler hook: it looks the charge up at the provider by
  * `metadata.order_id` (`GET /v1/charges?order_id=`), never by calling `POST /v1/charges`
  * (Invariant 12). Found: completes the key with the 201 the client would have got, rebuilt from
- * the provider's charge, with the charge row in the same transaction, as the route does. A
+ * the provider's charge, with the charge row and the `charge.succeeded` event in the same
+ * transaction, as the route does (Invariant 8). A
  * committed `charge` step needs no lookup: its stored result says what happened. Not found: does
  * nothing, so the claim stays suspended and a retry resumes it with the same provider key.
  */
-export function chargeReconcileHook(options: { pool: PoolLike; providerUrl: string; timeoutMs?: number }): ReconcileHook<Queryable> {
+export function chargeReconcileHook(options: { pool: PoolLike; providerUrl: string; outbox: Outbox; timeoutMs?: number }): ReconcileHook<Queryable> {
   const { pool, providerUrl } = options
   return async (claim) => {
     let result = claim.steps.charge as ProviderResult | undefined
@@ -32,6 +35,7 @@ export function chargeReconcileHook(options: { pool: PoolLike; providerUrl: stri
     const response = { status: 201, headers: [['content-type', 'application/json']] as Array<[string, string]>, body: Buffer.from(JSON.stringify(charge)) }
     await withTransaction(pool, async (tx) => {
       await insertCharge(tx, claim.scope, claim.key, charge)
+      await options.outbox.enqueue(tx, chargeSucceededEvent(charge))
       await claim.complete(response, { tx })
     })
   }

@@ -1,3 +1,4 @@
+import { createOutbox, outboxBacklog } from '../outbox/index.js'
 import type { Hono, MiddlewareHandler } from 'hono'
 import { createConsole } from '../ops/console/console-handler.js'
 import { createMetrics, type OncelyMetrics, type RequestOutcomeEvent } from '../ops/metrics.js'
@@ -19,7 +20,14 @@ export const CHARGES_ROUTE = 'POST /v1/charges'
  */
 export function createServiceMetrics(options: { pool: PoolLike; store: PostgresStore; config: Readonly<ServiceConfig>; log: (line: string) => void }): OncelyMetrics {
   const { pool, store, config, log } = options
-  const metrics = createMetrics({ store, database: { pool, schema: config.schema }, staleAfterMs: config.staleAfterMs, routes: [CHARGES_ROUTE], log })
+  // The outbox gauges read the relay's backlog at each scrape (events waiting, oldest age).
+  const outbox = {
+    async backlog() {
+      const row = await outboxBacklog({ pool, schema: config.schema })
+      return { waiting: Number(row.pending), oldestAgeMs: Number(row.oldest_pending_age_seconds) * 1000 }
+    },
+  }
+  const metrics = createMetrics({ store, database: { pool, schema: config.schema }, staleAfterMs: config.staleAfterMs, routes: [CHARGES_ROUTE], outbox, log })
   return Object.freeze({ ...metrics, onOutcome: (event: RequestOutcomeEvent) => metrics.onOutcome({ route: CHARGES_ROUTE, ...event }) })
 }
 
@@ -51,7 +59,7 @@ export function startServiceReconciler(options: {
   const reconcileOptions = {
     engine,
     database: { pool, schema: config.schema },
-    hook: chargeReconcileHook({ pool, providerUrl }),
+    hook: chargeReconcileHook({ pool, providerUrl, outbox: createOutbox({ schema: config.schema, notify: config.outboxNotify }) }),
     // With the in-process reconciler off, the console's button still settles claims past 2 × stale.
     olderThanMs: config.reconcileAfterMs === 0 ? 2 * config.staleAfterMs : config.reconcileAfterMs,
     onDecision: metrics.onReconcile,

@@ -71,3 +71,26 @@ describe('node:http body reading', () => {
     expect([fixed.status, await fixed.text()]).toEqual([201, '{"body":{"amount":1}}'])
   })
 })
+
+describe('the media type enters the fingerprint (issue 8, path 7)', () => {
+  it('the same bytes under another Content-Type are another request: 422, never a replay', async () => {
+    const server = createServer(
+      withIdempotency({ engine, scope: 'global' }, async (_req, res) => {
+        res.writeHead(201, { 'content-type': 'application/json' }).end('{"ok":true}')
+      }),
+    )
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      const { port } = server.address() as AddressInfo
+      const send = (contentType: string) =>
+        fetch(`http://127.0.0.1:${port}/v1/notes`, { method: 'POST', headers: { 'content-type': contentType, 'idempotency-key': 'k-media' }, body: 'hi' })
+      expect((await send('text/plain')).status).toBe(201)
+      const replay = await send('text/plain; charset=utf-8')
+      expect([replay.status, replay.headers.get('idempotent-replayed')]).toEqual([201, 'true'])
+      expect((await send('application/octet-stream')).status).toBe(422)
+    } finally {
+      server.closeAllConnections()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    }
+  })
+})

@@ -70,6 +70,12 @@ describe('the in-process reconciler of the reference service', () => {
       const body = JSON.parse(details?.response?.body ?? '{}') as { id: string; provider_charge: string; amount: number }
       expect(details?.response?.status).toBe(201)
       expect(body).toMatchObject({ provider_charge: charge?.id, amount: 1000, status: 'succeeded' })
+      // Invariant 8: the reconciler's completion wrote the event a route completion writes.
+      const events = await db.pool.query<{ payload: string }>({
+        text: `SELECT payload FROM "${db.schema.replaceAll('"', '""')}".outbox WHERE type = 'charge.succeeded'`,
+      })
+      const charged = events.rows.map((row) => (JSON.parse(row.payload) as { charge: { id: string } }).charge.id)
+      expect(charged.filter((id) => id === body.id)).toHaveLength(1)
 
       // The client comes back: the answer it would have got, replayed; the charge row exists.
       const replay = await post(restarted.url, { user, key: 'lost-answer' })

@@ -85,9 +85,20 @@ describe('bad input', () => {
     expect(latin1).toBe(400)
   })
 
-  it('1,000 distinct keys at once: no 5xx, each key charged once', async () => {
+  it('1,000 distinct keys at once: no 500, each key charged once', async () => {
     const user = newUser()
-    const answers = await Promise.all(Array.from({ length: 1000 }, (_, i) => post(api, { user, key: `burst-${i}` })))
+    const burst = (i: number) => post(api, { user, key: `burst-${i}` })
+    let answers = await Promise.all(Array.from({ length: 1000 }, (_, i) => burst(i)))
+    // One customer's completions take turns (its events keep their order, docs/outbox.md), so an
+    // overloaded pool may answer a few with a retryable 503: a client retries those with the same
+    // key, and each key still charges once.
+    for (let round = 0; round < 5; round++) {
+      const busy = answers.map((answer, i) => [answer, i] as const).filter(([answer]) => answer.status === 503)
+      if (busy.length === 0) break
+      for (const [answer] of busy) expect(answer.headers.get('retry-after')).not.toBeNull()
+      const retried = await Promise.all(busy.map(([, i]) => burst(i)))
+      answers = answers.map((answer, i) => retried[busy.findIndex(([, j]) => j === i)] ?? answer)
+    }
     const statuses = new Map<number, number>()
     for (const answer of answers) statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1)
     expect(Object.fromEntries(statuses)).toEqual({ 201: 1000 })
