@@ -4,7 +4,7 @@
  * bench/results/<time>.json, and never fails on a target.
  *
  *   npm run bench                          library, round trips and HTTP (a few minutes)
- *   npm run bench -- --only http           one part (library, round-trips, http, scale)
+ *   npm run bench -- --only http           one part (library, round-trips, http, relay, scale)
  *   npm run bench -- --redis               HTTP also with REDIS_URL (default redis://127.0.0.1:6379)
  *   npm run bench -- --scale               10 M rows and the sweeper under load (long, gigabytes)
  *   --seconds N --rounds N --connections N --iterations N
@@ -12,6 +12,7 @@
  * `DATABASE_URL` picks the PostgreSQL (a database of the run's own is created and dropped);
  * without it an embedded one is started.
  */
+import { execFileSync } from 'node:child_process'
 import { parseArgs } from 'node:util'
 import { openBenchDatabase } from './database.js'
 import { httpBench } from './http.js'
@@ -20,7 +21,7 @@ import { describeMachine, table, writeResults, type Figure } from './report.js'
 import { roundTripBench } from './round-trips.js'
 import { scaleBench } from './scale.js'
 
-const PARTS = ['library', 'round-trips', 'http', 'scale'] as const
+const PARTS = ['library', 'round-trips', 'http', 'relay', 'scale'] as const
 
 const { values } = parseArgs({
   options: {
@@ -36,7 +37,7 @@ const { values } = parseArgs({
   },
 })
 
-const only = values.only?.split(',') ?? ['library', 'round-trips', 'http', ...(values.scale ? ['scale'] : [])]
+const only = values.only?.split(',') ?? ['library', 'round-trips', 'http', 'relay', ...(values.scale ? ['scale'] : [])]
 for (const part of only) if (!(PARTS as readonly string[]).includes(part)) throw new Error(`--only: unknown part ${part}; one of ${PARTS.join(', ')}`)
 const seconds = Number(values.seconds)
 const rounds = Number(values.rounds)
@@ -68,6 +69,12 @@ try {
       const part = figures.filter((f) => f.section === section)
       print(`${section} (${rounds} interleaved runs of ${seconds} s each, median and min–max)`, part, Object.keys(part[0]?.extra ?? {}))
     }
+  }
+  if (only.includes('relay')) {
+    // The outbox relay: drain throughput, commit-to-consumer latency with LISTEN and with polling
+    // alone, and NOTIFY's cost on commits. Its own script, so it runs on its own too.
+    process.stdout.write('\n### outbox relay (bench/relay.ts)\n\n')
+    execFileSync(process.execPath, ['--import', 'tsx', 'bench/relay.ts'], { stdio: 'inherit', env: { ...process.env, DATABASE_URL: database.url } })
   }
   if (only.includes('scale')) {
     print(`scale: ${values.rows} rows`, await scaleBench(database.url, { rows: Number(values.rows), connections: 8, seconds }), ['p50 ms', 'baseline p50 ms'])
