@@ -1,6 +1,6 @@
 /**
  * `npm run bench`: what oncely costs, as ratios against a baseline measured in the same run
- * (style rule 22), each beside its target from issue 11. Not a test: it prints and writes
+ * (docs/conventions.md, Tests), each beside its target from issue 11. Not a test: it prints and writes
  * bench/results/<time>.json, and never fails on a target.
  *
  *   npm run bench                          library, round trips and HTTP (a few minutes)

@@ -19,7 +19,7 @@ export interface BeginInput {
 }
 
 /**
- * The engine's answer to a request (style rule 2: protocol answers are values). `adapters/http`
+ * The engine's answer to a request (docs/conventions.md, Shape: protocol answers are values). `adapters/http`
  * turns each into a status, headers and a problem+json body.
  */
 export type Decision<Tx = unknown> =

@@ -1,4 +1,4 @@
-import { OncelyError } from '../errors.js'
+import { invalid, positiveInteger } from '../option-validation.js'
 import type { IdempotencyStore } from './store.js'
 
 export interface EngineOptions<Tx = unknown> {
@@ -44,7 +44,7 @@ export const DEFAULT_STALE_AFTER_MS = 90_000
 export const DEFAULT_HANDLER_DEADLINE_MS = 600_000
 export const DEFAULT_CLAIM_RETRY_MS = 2000
 
-/** Resolves, validates and freezes the options once, at start-up (style rule 4). */
+/** Resolves, validates and freezes the options once, at start-up (docs/conventions.md, Shape). */
 export function resolveEngineOptions<Tx>(options: EngineOptions<Tx>): ResolvedEngineOptions<Tx> {
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
   const { store } = options
@@ -65,20 +65,5 @@ export function resolveEngineOptions<Tx>(options: EngineOptions<Tx>): ResolvedEn
   return Object.freeze({ store, ttlMs, staleAfterMs, leaseRenewMs, conflictRetryAfterSeconds, handlerDeadlineMs, claimRetryMs })
 }
 
-export function positiveInteger(name: string, value: unknown): number {
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) throw invalid(name, 'must be a positive integer', value)
-  return value
-}
-
-export function invalid(name: string, rule: string, value: unknown): OncelyError {
-  return new OncelyError('ONCELY_INVALID_OPTION', `option ${name} ${rule}; got ${describe(value)}`)
-}
-
-function describe(value: unknown): string {
-  if (typeof value === 'function') return 'a function'
-  try {
-    return JSON.stringify(value) ?? String(value)
-  } catch {
-    return String(value)
-  }
-}
+// One home for the option checks of every part; re-exported for the engine's importers.
+export { invalid, positiveInteger }

@@ -22,7 +22,7 @@ export interface ResolvedAdminDatabase {
 
 const resolved = new WeakMap<PoolLike, Map<string, ResolvedAdminDatabase>>()
 
-/** Validates the target once per pool and schema, and builds its statements (style rule 4). */
+/** Validates the target once per pool and schema, and builds its statements (docs/conventions.md, Shape). */
 export function resolveAdminDatabase(target: AdminDatabase): ResolvedAdminDatabase {
   if (typeof target !== 'object' || target === null || typeof target.pool?.query !== 'function' || typeof target.pool.connect !== 'function') {
     throw new OncelyError('ONCELY_INVALID_OPTION', 'option pool must have query() and connect(), like pg.Pool')

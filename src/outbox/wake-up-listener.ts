@@ -12,7 +12,7 @@ const RECONNECT_BASE_MS = 250
 const RECONNECT_MAX_MS = 30_000
 
 /**
- * LISTEN on a dedicated connection (style rule 11): a hint that wakes the relay early, never the
+ * LISTEN on a dedicated connection (docs/conventions.md, SQL): a hint that wakes the relay early, never the
  * truth, which is the poll. Reconnects by itself with capped, jittered backoff, and wakes the
  * relay after every (re)connect so what was committed while it was away is read at once.
  */

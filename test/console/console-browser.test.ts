@@ -11,7 +11,7 @@ import { deadClaim } from '../ops/support/dead-claim.js'
 import { providerCharges, startProvider, startService, type ServiceOptions, type TestProcess } from '../helpers/processes.js'
 import { newUser, post } from '../service/support/api.js'
 
-// A real browser (style rule: a real browser for any page): playwright-core driving Debian's
+// A real browser for any page (docs/conventions.md, Tests): playwright-core driving Debian's
 // Chromium. Runs in the DATABASE_URL pass of CI only (it does not depend on the PostgreSQL
 // version); skipped with a message where no Chromium is installed, never under CI=true.
 const CHROMIUM = '/usr/bin/chromium'

@@ -10,7 +10,7 @@ const run = promisify(execFile)
 const root = fileURLToPath(new URL('../../', import.meta.url))
 const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc')
 
-describe('doc examples (style rule 15)', () => {
+describe('doc examples (docs/conventions.md, Code)', () => {
   it('every @example in the public API, and every TypeScript block of the docs, type-checks as written', { timeout: 120_000 }, async () => {
     const fromSource = await extractDocExamples(`${root}src`)
     expect(fromSource.length).toBeGreaterThan(20)

@@ -1,6 +1,6 @@
 /**
  * The names doc examples use without defining them, declared once with real types, so that the
- * examples type-check as written (style rule 15). Type-checked only, never run.
+ * examples type-check as written (docs/conventions.md, Code). Type-checked only, never run.
  */
 import type { Context } from 'hono'
 import { Hono } from 'hono'

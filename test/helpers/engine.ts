@@ -17,7 +17,7 @@ export function engineOn(
 
 /**
  * `count` engines, each on its own pool of one connection, all connected before `work` starts
- * on every one at once: a race between real parallel connections (style rule 18). The pools
+ * on every one at once: a race between real parallel connections (docs/conventions.md, Tests). The pools
  * stay open for what the test does next with the results; `close()` ends them, since CI's
  * PostgreSQL allows 100 connections in all.
  */

@@ -1,4 +1,4 @@
-/** PostgreSQL errors are classified by SQLSTATE, never by message text (style rule 10). */
+/** PostgreSQL errors are classified by SQLSTATE, never by message text (docs/conventions.md, SQL). */
 export const SQLSTATE = {
   uniqueViolation: '23505',
   serializationFailure: '40001',

@@ -4,7 +4,7 @@ import { OncelyError } from '../../errors.js'
 export const DEFAULT_SCHEMA = 'oncely'
 
 /**
- * Quotes a schema name as an SQL identifier, once, at option resolution (style rule 7): the only
+ * Quotes a schema name as an SQL identifier, once, at option resolution (docs/conventions.md, SQL): the only
  * value ever interpolated into SQL. Any name PostgreSQL allows is accepted, spaces and capitals
  * included.
  */

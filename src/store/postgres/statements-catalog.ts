@@ -1,6 +1,6 @@
 /**
  * Catalog statements for `oncely doctor`: what a schema holds, in a form two schemas can be
- * compared by. Split from statements.ts by area (style rule 6). $1 is always the schema name.
+ * compared by. Split from statements.ts by area (docs/conventions.md, SQL). $1 is always the schema name.
  */
 
 export interface ColumnRow {

@@ -1,6 +1,6 @@
 /**
  * The statements of operations tooling: the keys CLI and its library functions, the stats, the
- * metrics' gauges and the reconciler's search. Split from statements.ts by area (style rule 6).
+ * metrics' gauges and the reconciler's search. Split from statements.ts by area (docs/conventions.md, SQL).
  * Values are always bound; only the already-quoted schema is interpolated. None of them is on
  * the request path, so none is prepared.
  *

@@ -1,5 +1,5 @@
 /**
- * The statements of the outbox, its relay and the inbox (style rule 6, split from statements.ts
+ * The statements of the outbox, its relay and the inbox (docs/conventions.md, SQL, split from statements.ts
  * by area). Values are always bound; only the schema identifier, quoted once at option
  * resolution, is interpolated.
  */

@@ -1,5 +1,5 @@
 /**
- * Every SQL statement of the PostgreSQL store, one named constant each (style rule 6). Values
+ * Every SQL statement of the PostgreSQL store, one named constant each (docs/conventions.md, SQL). Values
  * are always bound parameters; only the schema identifier is interpolated, quoted once when the
  * options are resolved. `name` makes `pg` prepare the hot ones once per connection; it carries
  * a hash of the schema so two stores on one pool never share a name with different text.
