@@ -1,0 +1,20 @@
+// Mutation testing (issue 13): `npm run mutate`, on demand, never in `npm test`. Stryker 9.6 is
+// the last line that runs on Node 20; its vitest runner drives the suite's own vitest.config.ts
+// (global setup included: a real PostgreSQL, DATABASE_URL or embedded) with one worker thread.
+// `--mutate` narrows a run (e.g. `npm run mutate -- --mutate src/engine/decide.ts`).
+/** @type {import('@stryker-mutator/api/core').PartialStrykerOptions} */
+export default {
+  testRunner: 'vitest',
+  vitest: { configFile: 'vitest.config.ts', related: true },
+  checkers: ['typescript'],
+  tsconfigFile: 'tsconfig.json',
+  mutate: ['src/engine/**/*.ts', 'src/store/postgres/**/*.ts', 'src/adapters/guarded-execution.ts', 'src/adapters/capture-server-response.ts'],
+  coverageAnalysis: 'perTest',
+  incremental: true,
+  incrementalFile: 'bench/results/stryker-incremental.json',
+  reporters: ['clear-text', 'progress', 'json'],
+  jsonReporter: { fileName: 'bench/results/mutation-report.json' },
+  concurrency: 1,
+  timeoutMS: 30000,
+  tempDirName: '.stryker-tmp',
+}
