@@ -1,5 +1,6 @@
 import pg from 'pg'
 import { createEngine, fingerprintRequest, type Engine, type StoredResponse } from '../src/index.js'
+import { createOutbox } from '../src/outbox/index.js'
 import { createPostgresStore, migrate, type Queryable } from '../src/store/postgres/index.js'
 import { countingPool } from '../test/helpers/counting-pool.js'
 import { figure, type Figure } from './report.js'
@@ -12,17 +13,22 @@ interface Outcome {
   name: string
   /** DESIGN.md's cost budget, in round trips. */
   budget: number
+  /** Runs on the pipelining pool instead of the plain one. */
+  pipelined?: boolean
   run(engine: Engine<Queryable>, i: number): Promise<void>
 }
 
 /**
  * Round trips per outcome (issue 11, benchmark 3), counted on the pool: every statement the
- * engine sends, one after the other, as each is its own round trip today. Beside each count,
+ * engine sends, and the round trips they took (on a pipelining pool, a statement sent while an
+ * earlier one of its transaction is unanswered shares that one's round trip). Beside each count,
  * the median latency of the outcome against a `SELECT` by primary key (the cheapest round trip),
  * measured sequentially in the same run.
  */
 export async function roundTripBench(url: string, options: { iterations: number }): Promise<Figure[]> {
   const pool = new pg.Pool({ connectionString: url, max: 4 })
+  // The reference service's pool: node-postgres in pipeline mode.
+  const pipelining = new pg.Pool({ connectionString: url, max: 4, pipeline: true })
   try {
     await migrate({ pool, schema: SCHEMA })
     await pool.query(`CREATE TABLE ${SCHEMA}.business (id text PRIMARY KEY, body bytea)`)
@@ -30,6 +36,9 @@ export async function roundTripBench(url: string, options: { iterations: number 
     await pool.query(`INSERT INTO ${SCHEMA}.baseline VALUES ('u', 'one', '\\x00')`)
     const counter = countingPool(pool)
     const engine = createEngine<Queryable>({ store: createPostgresStore({ pool: counter, schema: SCHEMA }) })
+    const pipelinedCounter = countingPool(pipelining)
+    const pipelinedEngine = createEngine<Queryable>({ store: createPostgresStore({ pool: pipelinedCounter, schema: SCHEMA }) })
+    const outbox = createOutbox({ schema: SCHEMA, notify: false })
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000 } })
     const other = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 2000 } })
     const done = await engine.begin({ scope: 'u', key: 'done', fingerprint })
@@ -60,7 +69,7 @@ export async function roundTripBench(url: string, options: { iterations: number 
         },
       },
       {
-        name: 'fresh: claim + one step + completion transaction with a business row (the service)',
+        name: 'fresh: claim + one step + completion transaction with a business row',
         budget: 3,
         run: async (_, i) => {
           const execution = await fresh(`service-${i}`)
@@ -71,6 +80,25 @@ export async function roundTripBench(url: string, options: { iterations: number 
           })
         },
       },
+      {
+        name: 'fresh: claim + one step + completion with a business row and an event, pipelined (the service)',
+        budget: 3,
+        pipelined: true,
+        run: async (engine, i) => {
+          const decision = await engine.begin({ scope: 'u', key: `pipelined-${i}`, fingerprint })
+          if (decision.kind !== 'execute') throw new Error(`fresh key answered ${decision.kind}`)
+          const execution = decision.execution
+          await execution.step('charge', ({ idempotencyKey }) => ({ id: idempotencyKey.slice(0, 8) }))
+          await execution.complete(response, {
+            writes: async (tx) => {
+              await Promise.all([
+                tx.query({ text: `INSERT INTO ${SCHEMA}.business VALUES ($1, $2)`, values: [`p-${i}`, response.body] }),
+                outbox.enqueue(tx, { type: 'charge.succeeded', key: 'cus_bench', payload: { i } }),
+              ])
+            },
+          })
+        },
+      },
     ]
 
     const select = await sequential(options.iterations, async () => {
@@ -78,9 +106,11 @@ export async function roundTripBench(url: string, options: { iterations: number 
     })
     const figures: Figure[] = []
     for (const outcome of outcomes) {
-      counter.reset()
-      const latencies = await sequential(options.iterations, (i) => outcome.run(engine, i))
-      const statements = counter.statements.length / (options.iterations + WARM_UP)
+      const count = outcome.pipelined === true ? pipelinedCounter : counter
+      count.reset()
+      const latencies = await sequential(options.iterations, (i) => outcome.run(outcome.pipelined === true ? pipelinedEngine : engine, i))
+      const statements = count.statements.length / (options.iterations + WARM_UP)
+      const roundTrips = count.roundTrips() / (options.iterations + WARM_UP)
       figures.push(
         figure(
           {
@@ -91,9 +121,10 @@ export async function roundTripBench(url: string, options: { iterations: number 
             baseline: { name: 'SELECT by primary key', value: median(select) },
             extra: {
               statements: statements.toFixed(2),
+              'round trips': roundTrips.toFixed(2),
               budget: outcome.budget,
-              'within budget': statements <= outcome.budget ? 'yes' : `no (${(statements - outcome.budget).toFixed(0)} over)`,
-              sequence: counter.statements.slice(-Math.round(statements)).join(', '),
+              'within budget': roundTrips <= outcome.budget ? 'yes' : `no (${(roundTrips - outcome.budget).toFixed(0)} over)`,
+              sequence: count.statements.slice(-Math.round(statements)).join(', '),
             },
           },
           median(latencies),
@@ -103,6 +134,7 @@ export async function roundTripBench(url: string, options: { iterations: number 
     if (running.kind === 'execute') await running.execution.release()
     return figures
   } finally {
+    await pipelining.end()
     await pool.end()
   }
 }

@@ -61,7 +61,7 @@ try {
     print(`library level: ${connections} concurrent loops on one pool of ${connections}, ${rounds} interleaved runs of ${seconds} s`, await libraryBench(database.url, { concurrency: connections, seconds, rounds: Math.max(3, Math.ceil(rounds / 2)) }), ['baseline runs'])
   }
   if (only.includes('round-trips')) {
-    print(`round trips per outcome (${values.iterations} sequential iterations)`, await roundTripBench(database.url, { iterations: Number(values.iterations) }), ['statements', 'budget', 'within budget', 'sequence'])
+    print(`round trips per outcome (${values.iterations} sequential iterations)`, await roundTripBench(database.url, { iterations: Number(values.iterations) }), ['statements', 'round trips', 'budget', 'within budget', 'sequence'])
   }
   if (only.includes('http')) {
     const figures = await httpBench(database.url, { seconds, rounds, connections, redisUrl, nodeOptions: [] })

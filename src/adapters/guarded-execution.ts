@@ -127,10 +127,10 @@ export class GuardedExecution<Tx> {
       return
     }
     // Invariant 8: the business writes and the completion commit together, or neither does.
-    await execution.completeInTransaction(async (tx) => {
+    const writes = async (tx: Tx) => {
       for (const work of this.#writes) await work(tx)
-      return { response, status, value: undefined }
-    })
+    }
+    await (status === 'completed' ? execution.complete(response, { writes }) : execution.fail(response, { writes }))
   }
 
   /** Invariant 7: release while nothing can have happened, else suspend so a retry resumes. */

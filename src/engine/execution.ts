@@ -30,6 +30,49 @@ export interface StepOptions {
  */
 export type ExecutionState = 'running' | 'completed' | 'failed' | 'released' | 'suspended' | 'lost'
 
+/** Where `complete` and `fail` store the outcome besides the store's own connection. */
+export interface CompletionOptions<Tx> {
+  /**
+   * Your open transaction: the completion commits or rolls back with it (Invariant 8). One
+   * attempt; your code owns the transaction's retries. (Default: none)
+   */
+  tx?: Tx
+  /**
+   * Business writes to commit with the completion, in a transaction the store opens: the fenced
+   * completion is sent first and `writes` behind it, and if the claim was lost everything rolls
+   * back with `ONCELY_LOCK_LOST`. Retried like `completeInTransaction`, so `writes` must only
+   * write through the `tx` it is given. On a pipelining pool (`new pg.Pool({ pipeline: true })`)
+   * writes sent without awaiting each other leave with BEGIN and the completion in one round
+   * trip, and the COMMIT in a second. Not with `tx`. (Default: none)
+   *
+   * @example
+   * ```ts
+   * import { enqueue } from 'oncely/outbox'
+   * await execution.complete(response, {
+   *   writes: async (tx) => {
+   *     await Promise.all([
+   *       tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: [id] }),
+   *       enqueue(tx, { type: 'charge.succeeded', key: 'cus_1', payload: { id } }),
+   *     ])
+   *   },
+   * })
+   * ```
+   */
+  // A method signature: checked bivariantly, so an Execution<Queryable> is still an Execution<unknown>.
+  writes?(this: void, tx: Tx): Promise<void>
+}
+
+function checkCompletionOptions<Tx>(options: CompletionOptions<Tx>): CompletionOptions<Tx> {
+  if (typeof options !== 'object' || options === null) throw new OncelyError('ONCELY_INVALID_OPTION', `completion options must be an object; got ${String(options)}`)
+  if (options.writes !== undefined && typeof options.writes !== 'function') {
+    throw new OncelyError('ONCELY_INVALID_OPTION', `option writes must be a function; got ${typeof options.writes}`)
+  }
+  if (options.writes !== undefined && options.tx !== undefined) {
+    throw new OncelyError('ONCELY_INVALID_OPTION', 'options tx and writes exclude each other: with your own transaction, write in it and pass it as tx')
+  }
+  return options
+}
+
 /** Thrown inside the completion transaction to roll it back when the fence fails. */
 class LockLostSignal extends Error {}
 
@@ -166,16 +209,16 @@ export class Execution<Tx = unknown> {
    * this execution is still ended: the claim stays `in_progress`, its lease is no longer renewed,
    * and a retry takes it over once it is stale and resumes after the last committed phase.
    */
-  async complete(response: StoredResponse, options: { tx?: Tx } = {}): Promise<void> {
-    await this.#finish({ status: 'completed', response }, options.tx)
+  async complete(response: StoredResponse, options: CompletionOptions<Tx> = {}): Promise<void> {
+    await this.#finish({ status: 'completed', response }, options)
   }
 
   /**
    * Stores a failure response that must be replayed, not retried: for a failure after a side
    * effect may have happened, such as a card declined by the provider (Invariant 7).
    */
-  async fail(response: StoredResponse, options: { tx?: Tx } = {}): Promise<void> {
-    await this.#finish({ status: 'failed', response }, options.tx)
+  async fail(response: StoredResponse, options: CompletionOptions<Tx> = {}): Promise<void> {
+    await this.#finish({ status: 'failed', response }, options)
   }
 
   /**
@@ -197,37 +240,67 @@ export class Execution<Tx = unknown> {
   async completeInTransaction<T>(
     work: (tx: Tx) => Promise<{ response: StoredResponse; status?: 'completed' | 'failed'; value: T }>,
   ): Promise<T> {
+    const { store } = this.#options
+    return this.#inOwnTransaction(async (tx, outcome) => {
+      const result = await work(tx)
+      outcome.status = result.status ?? 'completed'
+      if (!(await store.complete(this.#fence, { status: outcome.status, response: result.response }, tx))) {
+        // Invariant 3: the business writes of a worker that lost its claim must not land.
+        throw new LockLostSignal()
+      }
+      return result.value
+    })
+  }
+
+  /**
+   * The completion with `writes`: the fenced completion is sent first and the writes behind it,
+   * so on a pipelining pool BEGIN, the completion and writes that do not await each other leave
+   * in one flight and the COMMIT in a second (issue 11). The row lock the completion takes is
+   * held only until that COMMIT; a lost fence rolls the writes back.
+   */
+  async #completeWith(outcome: FinalOutcome, writes: (tx: Tx) => Promise<void>): Promise<void> {
+    const { store } = this.#options
+    await this.#inOwnTransaction(async (tx, attempt) => {
+      attempt.status = outcome.status
+      const fenced = store.complete(this.#fence, outcome, tx)
+      // Its failure is thrown below unless a write's failure comes first; never unhandled.
+      fenced.catch(() => undefined)
+      await writes(tx)
+      if (!(await fenced)) throw new LockLostSignal()
+      return undefined
+    })
+  }
+
+  /**
+   * Runs `run` in a transaction of the store, retried on transient errors (issue 8, path 4). An
+   * earlier attempt's COMMIT may have landed with only its answer lost: the row is read back
+   * before running the writes again, and before calling a failed fence a take-over.
+   */
+  async #inOwnTransaction<T>(run: (tx: Tx, outcome: { status: 'completed' | 'failed' }) => Promise<T>): Promise<T> {
     this.#assertRunning()
     const { store } = this.#options
-    let status: 'completed' | 'failed' = 'completed'
+    const outcome: { status: 'completed' | 'failed' } = { status: 'completed' }
     let committing: { value: T } | undefined
     let ambiguous = false
     const landed = async () => {
       if (!ambiguous || committing === undefined) return false
       const row = await this.#retrying('reading the key back', () => store.read(this.scope, this.key))
-      return row !== null && row.status === status && row.fenceToken === this.#fence.fenceToken
+      return row !== null && row.status === outcome.status && row.fenceToken === this.#fence.fenceToken
     }
     this.#finishing = true
     try {
       return await this.#retrying('completing in a transaction', async () => {
-        // An earlier attempt's COMMIT may have landed with only its answer lost: never run the
-        // business writes again when the row says so.
-        if (await landed()) return this.#ended(status, committing!.value)
+        if (await landed()) return this.#ended(outcome.status, committing!.value)
         try {
           const value = await store.transaction(async (tx) => {
-            const result = await work(tx)
-            status = result.status ?? 'completed'
-            if (!(await store.complete(this.#fence, { status, response: result.response }, tx))) {
-              // Invariant 3: the business writes of a worker that lost its claim must not land.
-              throw new LockLostSignal()
-            }
-            committing = { value: result.value }
-            return result.value
+            const result = await run(tx, outcome)
+            committing = { value: result }
+            return result
           })
-          return this.#ended(status, value)
+          return this.#ended(outcome.status, value)
         } catch (error) {
           if (store.isTransientError(error)) ambiguous = true
-          if (error instanceof LockLostSignal && (await landed())) return this.#ended(status, committing!.value)
+          if (error instanceof LockLostSignal && (await landed())) return this.#ended(outcome.status, committing!.value)
           throw error
         }
       })
@@ -288,7 +361,9 @@ export class Execution<Tx = unknown> {
     this.#end('suspended')
   }
 
-  async #finish(outcome: FinalOutcome, tx: Tx | undefined): Promise<void> {
+  async #finish(outcome: FinalOutcome, options: CompletionOptions<Tx>): Promise<void> {
+    const { tx, writes } = checkCompletionOptions(options)
+    if (writes !== undefined) return this.#completeWith(outcome, writes)
     this.#assertRunning()
     const { store } = this.#options
     this.#finishing = true

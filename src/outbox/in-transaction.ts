@@ -1,6 +1,7 @@
 import { OncelyError } from '../errors.js'
 import { sqlState } from '../store/postgres/pg-errors.js'
 import type { Queryable } from '../store/postgres/executor.js'
+import { isStoreTransaction } from '../store/postgres/statement-runner.js'
 import type { OutboxStatements } from '../store/postgres/statements-outbox.js'
 
 /** SQLSTATE 25P01 no_active_sql_transaction: SAVEPOINT outside a transaction block. */
@@ -16,6 +17,8 @@ export async function assertInTransaction(tx: Queryable, sql: OutboxStatements, 
   if (typeof tx !== 'object' || tx === null || typeof tx.query !== 'function') {
     throw new OncelyError('ONCELY_NOT_IN_TRANSACTION', `${what} needs the caller's open transaction (a Queryable); got ${typeof tx}`)
   }
+  // The store's own completion transaction is known to be one: no round trip to ask (issue 11).
+  if (isStoreTransaction(tx)) return
   try {
     await tx.query({ text: sql.savepoint.text })
   } catch (error) {

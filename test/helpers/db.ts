@@ -10,8 +10,8 @@ export interface TestDatabase {
   readonly pool: pg.Pool
   /** The schema oncely's tables live in. */
   readonly schema: string
-  /** Opens another pool on the same database, closed by `close` too. */
-  newPool(max?: number): pg.Pool
+  /** Opens another pool on the same database (with pg `settings` such as `pipeline`), closed by `close` too. */
+  newPool(max?: number, settings?: pg.PoolConfig): pg.Pool
   close(): Promise<void>
 }
 
@@ -42,8 +42,8 @@ export async function createTestDatabase(options: { max?: number } = {}): Promis
   }
   const url = withDatabase(adminUrl, name)
   const pools: pg.Pool[] = []
-  const newPool = (max = options.max ?? 10): pg.Pool => {
-    const pool = new pg.Pool({ connectionString: url, max, idleTimeoutMillis: 1000 })
+  const newPool = (max = options.max ?? 10, settings: pg.PoolConfig = {}): pg.Pool => {
+    const pool = new pg.Pool({ connectionString: url, max, idleTimeoutMillis: 1000, ...settings })
     pools.push(pool)
     return pool
   }

@@ -64,10 +64,10 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
         if (isOncelyError(error)) throw error
         deps.log(`receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
       })
+    // Invariant 8: the event commits with the charge row and the completion, or not at all. Sent
+    // without awaiting each other, so on the pipelining pool they leave in one round trip.
     guarded.writeOnCompletion(async (tx) => {
-      await insertCharge(tx, userId, execution.key, charge)
-      // Invariant 8: the event commits with the charge row and the completion, or not at all.
-      await deps.outbox.enqueue(tx, chargeSucceededEvent(charge))
+      await Promise.all([insertCharge(tx, userId, execution.key, charge), deps.outbox.enqueue(tx, chargeSucceededEvent(charge))])
     })
     return c.json(charge, 201)
   }

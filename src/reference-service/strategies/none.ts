@@ -3,11 +3,14 @@ import type { ServiceDeps, ServiceEnv } from '../context.js'
 import { ProviderUnavailableError } from '../provider-client.js'
 import { chargeFrom, declined, providerMetadata, providerUnavailable } from '../responses.js'
 import { insertCharge } from '../sql.js'
+import { chargeSucceededEvent } from '../events.js'
+import { withTransaction } from '../../store/postgres/index.js'
 
 /**
  * NO IDEMPOTENCY (the benchmarks' baseline; never for production). The same business work as
- * `atomic-phases` — one provider call, the charge row — with nothing in front of it: no key is
- * read or stored, the provider is called without a key, so a retried request charges again.
+ * `atomic-phases` — the provider's charge, the receipt, the charge row and its `charge.succeeded`
+ * event in one transaction — with nothing in front of it: no key is read or stored, the provider
+ * is called without a key, so a retried request charges again.
  */
 export function noneRoute(deps: ServiceDeps): Handler<ServiceEnv> {
   return async (c) => {
@@ -23,7 +26,13 @@ export function noneRoute(deps: ServiceDeps): Handler<ServiceEnv> {
     }
     if (result.outcome === 'declined') return declined(result)
     const charge = chargeFrom(input, result)
-    await insertCharge(deps.pool, userId, null, charge)
+    await deps.sendReceipt({ customer: input.customer, charge }).catch((error: unknown) => {
+      deps.log(`receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
+    })
+    // Written as atomic-phases writes them, without a completion: sent together on the pipelining pool.
+    await withTransaction(deps.pool, async (tx) => {
+      await Promise.all([insertCharge(tx, userId, null, charge), deps.outbox.enqueue(tx, chargeSucceededEvent(charge))])
+    })
     return c.json(charge, 201)
   }
 }

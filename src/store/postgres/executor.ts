@@ -1,3 +1,5 @@
+import { asOpenTransaction, sendBegin } from './statement-runner.js'
+
 /**
  * What the store needs from a database connection: `query` with a config object. `pg`'s Pool,
  * PoolClient and Client fit as they are; `shims.ts` adapts postgres.js, Kysely, Drizzle and
@@ -35,7 +37,8 @@ export interface PoolLike extends Queryable {
 }
 
 /**
- * Runs `work` inside BEGIN … COMMIT on one pooled connection, rolling back on any error.
+ * Runs `work` inside BEGIN … COMMIT on one pooled connection, rolling back on any error. On a
+ * pipelining pool (`new pg.Pool({ pipeline: true })`) BEGIN leaves with `work`'s first statements.
  *
  * @example
  * ```ts
@@ -51,8 +54,10 @@ export async function withTransaction<T>(pool: PoolLike, work: (tx: Queryable) =
   const client = await pool.connect()
   let broken: unknown
   try {
-    await client.query({ text: 'BEGIN' })
-    const result = await work(client)
+    const begin = await sendBegin(client, { text: 'BEGIN' })
+    // Known as a transaction: the outbox's enqueue need not ask the database (issue 11).
+    const result = await asOpenTransaction(client, () => work(client))
+    await begin.answered
     await client.query({ text: 'COMMIT' })
     return result
   } catch (error) {

@@ -59,11 +59,54 @@ export async function send<R>(
   }
 }
 
+/** The handles `transaction` opened and has not yet ended: known to be inside BEGIN … COMMIT. */
+const openTransactions = new WeakSet<Queryable>()
+
+/**
+ * True when `db` is a handle of a transaction the store opened (its own, or `withTransaction`'s)
+ * and has not yet ended, so a caller that must refuse autocommit (the outbox, Invariant 8) need
+ * not ask the database.
+ */
+export function isStoreTransaction(db: Queryable): boolean {
+  return openTransactions.has(db)
+}
+
+/** Runs `work` with `tx` known as an open transaction (`isStoreTransaction`) until it settles. */
+export async function asOpenTransaction<T>(tx: Queryable, work: () => Promise<T>): Promise<T> {
+  openTransactions.add(tx)
+  try {
+    return await work()
+  } finally {
+    openTransactions.delete(tx)
+  }
+}
+
+/**
+ * Sends BEGIN through `db`. On a pipelining `connection` (`pg`'s `pipeline: true`; the client
+ * behind `db` when `db` wraps it) it is not awaited on its own: it leaves with the transaction's first statements, and `await`ing the result later throws its
+ * failure. BEGIN's text is constant and valid: it fails only with the connection, which fails
+ * every statement queued behind it as well.
+ */
+export async function sendBegin(db: Queryable, config: QueryConfig, connection: unknown = db): Promise<{ answered: Promise<unknown> }> {
+  const answered = db.query(config)
+  // Its failure is thrown where it is awaited; until then it must not count as unhandled.
+  answered.catch(() => undefined)
+  if (!isPipelining(connection)) await answered
+  // Wrapped: an async function returning the promise itself would wait for it.
+  return { answered }
+}
+
+/** True for a node-postgres connection made with `pipeline: true`. */
+export function isPipelining(connection: unknown): boolean {
+  return typeof connection === 'object' && connection !== null && (connection as { pipeline?: unknown }).pipeline === true
+}
+
 /**
  * BEGIN (with the store's timeouts) … COMMIT on one pooled connection. An error from `work` is
  * passed on as it is after a clean ROLLBACK; when the connection broke on the way (any of its
  * statements failed without a SQLSTATE, or the ROLLBACK failed), it is `ONCELY_STORE_UNAVAILABLE`
- * and the connection is not given back to the pool.
+ * and the connection is not given back to the pool. On a pipelining connection, a `work` that
+ * sends its writes without awaiting each one costs a single round trip before the COMMIT.
  */
 export async function transaction<T>(
   pool: PoolLike,
@@ -94,8 +137,9 @@ export async function transaction<T>(
     },
   }
   try {
-    await tx.query({ text: begin })
-    const result = await work(tx)
+    const sent = await sendBegin(tx, { text: begin }, client)
+    const result = await asOpenTransaction(tx, () => work(tx))
+    await sent.answered
     await tx.query({ text: 'COMMIT' })
     return result
   } catch (error) {

@@ -1,0 +1,134 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createEngine, fingerprintRequest, type Decision } from '../../src/index.js'
+import { createOutbox } from '../../src/outbox/index.js'
+import { createPostgresStore, withTransaction, type Queryable } from '../../src/store/postgres/index.js'
+import { countingPool } from '../helpers/counting-pool.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { ageClaim, engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
+
+// Issue 11: the completion with `writes` sends the fenced completion, the business rows and the
+// outbox rows together; on a pipelining pool that is one round trip before the COMMIT.
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await createTestDatabase()
+  await db.pool.query('CREATE TABLE charges (id text PRIMARY KEY)')
+})
+afterAll(async () => {
+  await db.close()
+})
+
+const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1 } })
+
+function owned(decision: Decision<Queryable>) {
+  if (decision.kind !== 'execute') throw new Error(`expected execute, got ${decision.kind}`)
+  return decision.execution
+}
+
+function setup(pipeline: boolean) {
+  const pool = countingPool(db.newPool(4, { pipeline }))
+  const store = createPostgresStore({ pool, schema: db.schema })
+  return { pool, engine: createEngine({ store }), outbox: createOutbox({ schema: db.schema, notify: false }) }
+}
+
+const insertCharge = (tx: Queryable, id: string) => tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: [id] })
+
+async function charges(id: string) {
+  const { rows } = await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM charges WHERE id = $1', [id])
+  return rows[0]!.n
+}
+
+async function status(key: string) {
+  const { rows } = await db.pool.query<{ status: string }>(`SELECT status FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`, [key])
+  return rows[0]?.status
+}
+
+describe('complete(response, { writes })', () => {
+  it('on a pipelining pool: the claim, then BEGIN, completion, charge row and event in one round trip, then the COMMIT', async () => {
+    const { pool, engine, outbox } = setup(true)
+    // The first enqueue of a process loads @opentelemetry/api (lazily, for the traceparent): a
+    // one-time wait that would split the flight. Steady state is what the budget counts.
+    await withTransaction(db.pool, (tx) => outbox.enqueue(tx, { type: 'warm-up', key: 'cus_0', payload: {} }))
+    const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-fresh', fingerprint }))
+    await execution.complete(jsonResponse(201, '{"id":"ch_pipe"}'), {
+      writes: async (tx) => {
+        await Promise.all([insertCharge(tx, 'ch_pipe'), outbox.enqueue(tx, { type: 'charge.succeeded', key: 'cus_1', payload: { id: 'ch_pipe' } })])
+      },
+    })
+    // The outbox trusts the store's own transaction: no SAVEPOINT is sent to ask.
+    expect(pool.statements.map((s) => s.split(/[ ;]/)[0])).toEqual(['WITH', 'BEGIN', 'UPDATE', 'INSERT', 'WITH', 'COMMIT'])
+    expect(pool.roundTrips()).toBe(3)
+    expect(await charges('ch_pipe')).toBe(1)
+    expect(await status('pipe-fresh')).toBe('completed')
+    const replay = await engine.begin({ scope: 'u1', key: 'pipe-fresh', fingerprint })
+    expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_pipe"}')
+  })
+
+  it('without pipelining: the same statements, each its own round trip', async () => {
+    const { pool, engine } = setup(false)
+    const execution = owned(await engine.begin({ scope: 'u1', key: 'plain-fresh', fingerprint }))
+    await execution.complete(jsonResponse(201, '{}'), { writes: async (tx) => void (await insertCharge(tx, 'ch_plain')) })
+    expect(pool.statements.map((s) => s.split(/[ ;]/)[0])).toEqual(['WITH', 'BEGIN', 'UPDATE', 'INSERT', 'COMMIT'])
+    expect(pool.roundTrips()).toBe(5)
+    expect(await charges('ch_plain')).toBe(1)
+  })
+
+  it('fail(response, { writes }) stores the failure with its writes', async () => {
+    const { engine } = setup(true)
+    const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-failed', fingerprint }))
+    await execution.fail(jsonResponse(402, '{"declined":true}'), { writes: async (tx) => void (await insertCharge(tx, 'ch_declined')) })
+    expect(await status('pipe-failed')).toBe('failed')
+    expect(await charges('ch_declined')).toBe(1)
+  })
+
+  it('a claim taken over meanwhile: ONCELY_LOCK_LOST, and the writes sent behind the completion roll back', async () => {
+    const { engine: slow } = engineOn(db, { staleAfterMs: 60_000 })
+    const old = owned(await slow.begin({ scope: 'u1', key: 'pipe-lost', fingerprint }))
+    await ageClaim(db, 'u1', 'pipe-lost')
+    const taker = owned(await createEngine({ store: createPostgresStore({ pool: db.pool, schema: db.schema }), staleAfterMs: 1000 }).begin({ scope: 'u1', key: 'pipe-lost', fingerprint }))
+    expect(taker.how).toBe('take-over')
+    await expect(old.complete(jsonResponse(201, '{}'), { writes: async (tx) => void (await insertCharge(tx, 'ch_lost')) })).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+    expect(await charges('ch_lost')).toBe(0)
+    expect(await status('pipe-lost')).toBe('in_progress')
+    await taker.release()
+  })
+
+  it('a write that fails rolls the completion back: ONCELY_OUTCOME_NOT_RECORDED with the cause, the claim released (no step ran)', async () => {
+    const { engine } = setup(true)
+    await db.pool.query("INSERT INTO charges (id) VALUES ('ch_taken')")
+    const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-write-fails', fingerprint }))
+    const error: unknown = await execution.complete(jsonResponse(201, '{}'), { writes: async (tx) => void (await insertCharge(tx, 'ch_taken')) }).catch((e: unknown) => e)
+    expect(error).toMatchObject({ code: 'ONCELY_OUTCOME_NOT_RECORDED' })
+    expect((error as Error).cause).toMatchObject({ code: '23505' })
+    expect(await status('pipe-write-fails')).toBeUndefined()
+    expect(execution.state).toBe('released')
+  })
+
+  it('refuses tx and writes together, and writes that is not a function', async () => {
+    const { engine } = setup(false)
+    const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-options', fingerprint }))
+    await withTransaction(db.pool, async (tx) => {
+      await expect(execution.complete(jsonResponse(201, '{}'), { tx, writes: async () => undefined })).rejects.toThrow(/tx and writes exclude each other/)
+    })
+    await expect(execution.complete(jsonResponse(201, '{}'), { writes: 'INSERT' as never })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION' })
+    expect(await status('pipe-options')).toBe('in_progress')
+    await execution.release()
+  })
+})
+
+describe('the outbox in a transaction the store did not open', () => {
+  it('still asks with a SAVEPOINT, and refuses a pool outside a transaction', async () => {
+    const pool = countingPool(db.newPool(2))
+    const outbox = createOutbox({ schema: db.schema, notify: false })
+    const client = await pool.connect()
+    try {
+      await client.query({ text: 'BEGIN' })
+      await outbox.enqueue(client, { type: 'x', key: 'k', payload: {} })
+      await client.query({ text: 'ROLLBACK' })
+    } finally {
+      client.release()
+    }
+    expect(pool.statements.map((s) => s.split(/[ ;]/)[0])).toContain('SAVEPOINT')
+    await expect(outbox.enqueue(pool, { type: 'x', key: 'k', payload: {} })).rejects.toMatchObject({ code: 'ONCELY_NOT_IN_TRANSACTION' })
+  })
+})
