@@ -2,7 +2,7 @@ import { OncelyError, type OncelyErrorCode } from '../errors.js'
 import type { ResolvedEngineOptions } from './options.js'
 import { decodeStepResult, deriveStepKey, encodeStepResult, toStoredForm } from './phases.js'
 import { describeError, retryTransient } from './retry.js'
-import type { Fence, FinalOutcome } from './store.js'
+import type { CarriedPhases, Fence, FinalOutcome } from './store.js'
 import type { ClaimKind, ClaimSnapshot, ClaimState, StoredResponse } from './types.js'
 
 /** What a step's function receives. */
@@ -21,6 +21,15 @@ export interface StepOptions {
    * is never repeated (Invariant 13). (Default: `'at-least-once'`)
    */
   delivery?: 'at-least-once' | 'at-most-once'
+  /**
+   * When the result commits. `'now'`: one fenced write of its own, before `step` returns.
+   * `'with-next-write'`: it rides with this claim's next write — the next step's commit or
+   * at-most-once mark — and saves that round trip and commit (issue 11); the completion ends the
+   * claim and needs it no more. Until then it is as if the process died before committing: a
+   * take-over runs the step again with the same key, so choose it only for a step whose provider
+   * dedupes by that key (an at-least-once step's premise), never to skip a step. (Default: `'now'`)
+   */
+  commit?: 'now' | 'with-next-write'
 }
 
 /**
@@ -62,6 +71,16 @@ export interface CompletionOptions<Tx> {
   writes?(this: void, tx: Tx): Promise<void>
 }
 
+function checkStepOptions(options: StepOptions): void {
+  if (typeof options !== 'object' || options === null) throw new OncelyError('ONCELY_INVALID_OPTION', `step options must be an object; got ${String(options)}`)
+  if (options.delivery !== undefined && options.delivery !== 'at-least-once' && options.delivery !== 'at-most-once') {
+    throw new OncelyError('ONCELY_INVALID_OPTION', `option delivery must be 'at-least-once' or 'at-most-once'; got ${JSON.stringify(options.delivery)}`)
+  }
+  if (options.commit !== undefined && options.commit !== 'now' && options.commit !== 'with-next-write') {
+    throw new OncelyError('ONCELY_INVALID_OPTION', `option commit must be 'now' or 'with-next-write'; got ${JSON.stringify(options.commit)}`)
+  }
+}
+
 function checkCompletionOptions<Tx>(options: CompletionOptions<Tx>): CompletionOptions<Tx> {
   if (typeof options !== 'object' || options === null) throw new OncelyError('ONCELY_INVALID_OPTION', `completion options must be an object; got ${String(options)}`)
   if (options.writes !== undefined && typeof options.writes !== 'function') {
@@ -94,6 +113,8 @@ export class Execution<Tx = unknown> {
   #fence: Fence
   #phases: Record<string, unknown>
   #startedSteps: Set<string>
+  /** Step results run with `commit: 'with-next-write'` and not yet committed (insertion order = run order). */
+  readonly #deferred = new Map<string, unknown>()
   #recoveryPoint: string | null
   #interrupted: boolean
   #state: ExecutionState = 'running'
@@ -175,31 +196,54 @@ export class Execution<Tx = unknown> {
   async step<T>(name: string, run: (context: StepContext) => Promise<T> | T, options: StepOptions = {}): Promise<T | undefined> {
     this.#assertRunning()
     if (Object.hasOwn(this.#phases, name)) return this.#phases[name] as T
+    checkStepOptions(options)
     if (options.delivery === 'at-most-once') {
       // Invariant 13: recorded before it is made; a take-over finds it started and skips it.
       if (this.#startedSteps.has(name)) return undefined
+      const carried = this.#carried()
       const marked = await this.#write(
         `recording step ${JSON.stringify(name)} as started`,
-        () => this.#options.store.markStepStarted(this.#fence, name),
+        () => this.#options.store.markStepStarted(this.#fence, name, carried),
         (row) => this.#holds(row) && row.startedSteps.includes(name),
       )
       if (!marked) this.#lost()
       this.#startedSteps.add(name)
+      this.#settleCarried(carried)
     }
     this.#stepEntered = true
     const result = await run({ idempotencyKey: this.stepKey(name) })
     const stored = toStoredForm(result)
     if (!stored.ok) throw new OncelyError('ONCELY_STEP_RESULT_NOT_JSON', `step ${JSON.stringify(name)} returned a value that is not JSON data`)
     this.#assertRunning()
+    const encoded = encodeStepResult(stored.value, stored.json)
+    if (options.commit === 'with-next-write') {
+      this.#deferred.set(name, encoded)
+      this.#phases[name] = stored.value
+      return stored.value as T
+    }
+    const carried = this.#carried()
     const committed = await this.#write(
       `committing step ${JSON.stringify(name)}`,
-      () => this.#options.store.commitPhase(this.#fence, name, encodeStepResult(stored.value, stored.json)),
+      () => this.#options.store.commitPhase(this.#fence, name, encoded, carried),
       (row) => this.#holds(row) && Object.hasOwn(row.phases, name),
     )
     if (!committed) this.#lost()
+    this.#settleCarried(carried)
     this.#phases[name] = stored.value
     this.#recoveryPoint = name
     return stored.value as T
+  }
+
+  /** The deferred step results the next fenced write carries, or undefined when there are none. */
+  #carried(): CarriedPhases | undefined {
+    if (this.#deferred.size === 0) return undefined
+    return { phases: Object.fromEntries(this.#deferred), recoveryPoint: [...this.#deferred.keys()].at(-1)! }
+  }
+
+  #settleCarried(carried: CarriedPhases | undefined): void {
+    if (carried === undefined) return
+    for (const name of Object.keys(carried.phases)) this.#deferred.delete(name)
+    this.#recoveryPoint = carried.recoveryPoint
   }
 
   /**

@@ -53,6 +53,14 @@ export interface Fence {
   fenceToken: string
 }
 
+/** Step results not yet committed (`commit: 'with-next-write'`), in the order they ran. */
+export interface CarriedPhases {
+  /** Phase name → the result in its stored form. */
+  phases: Record<string, unknown>
+  /** The last of them: the recovery point once they commit. */
+  recoveryPoint: string
+}
+
 /** A final outcome to store: `completed`, or `failed` (a failure that must be replayed). */
 export interface FinalOutcome {
   status: 'completed' | 'failed'
@@ -97,10 +105,16 @@ export interface IdempotencyStore<Tx = unknown> {
    * matches an `in_progress` claim (Invariant 11). Null when it is no longer expired or settled.
    */
   reclaimExpired(seen: SeenClaim, request: ReclaimInput): Promise<ClaimState | null>
-  /** Commits one phase's result and moves the recovery point. */
-  commitPhase(fence: Fence, phase: string, result: unknown): Promise<boolean>
-  /** Records an at-most-once step as started, before its function runs. */
-  markStepStarted(fence: Fence, step: string): Promise<boolean>
+  /**
+   * Commits one phase's result and moves the recovery point; `carried`, earlier results whose
+   * commit was deferred, commit in the same statement.
+   */
+  commitPhase(fence: Fence, phase: string, result: unknown, carried?: CarriedPhases): Promise<boolean>
+  /**
+   * Records an at-most-once step as started, before its function runs; `carried` results commit
+   * in the same statement and move the recovery point to their last.
+   */
+  markStepStarted(fence: Fence, step: string, carried?: CarriedPhases): Promise<boolean>
   /** Renews the lease (`locked_at`) so a live owner never looks stale, nor expires. */
   renewLease(fence: Fence, ttlMs: number): Promise<boolean>
   /**

@@ -38,7 +38,9 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
         // Between the provider's answer and the phase's commit: the worst moment to die.
         deps.chaos.crashAt('after-provider', crashPoint)
         return answer
-      })
+        // The provider dedupes by the step's key, so its result may ride with the receipt's mark
+        // (issue 11): a take-over before that runs the call again and gets the same charge back.
+      }, { commit: 'with-next-write' })
     } catch (error) {
       // Answered 5xx after a step began: the adapter suspends the claim, and the retry calls the
       // provider again with the same key, so it charges at most once.
@@ -58,7 +60,8 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
           deps.chaos.crashAt('after-receipt', crashPoint)
           return true
         },
-        { delivery: 'at-most-once' },
+        // Its result is never read: the completion follows, and a take-over skips a started step.
+        { delivery: 'at-most-once', commit: 'with-next-write' },
       )
       .catch((error: unknown) => {
         if (isOncelyError(error)) throw error

@@ -142,19 +142,21 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
       RETURNING ${held}`,
     ),
     // Invariant 3 for every statement below: it matches only while the writer's token does.
-    // $1 scope, $2 key, $3 token, $4 phase, $5 result as JSON text.
+    // $1 scope, $2 key, $3 token, $4 phase, $5 result as JSON text, $6 the deferred results it carries.
     commitPhase: named(
       'commit_phase',
       `UPDATE ${table}
-          SET recovery_point = $4, phase_data = phase_data || jsonb_build_object($4::text, $5::jsonb),
+          SET recovery_point = $4, phase_data = phase_data || $6::jsonb || jsonb_build_object($4::text, $5::jsonb),
               locked_at = now(), updated_at = now()
         WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
     ),
-    // Issue 9: an at-most-once step is recorded before its function runs. $4 step.
+    // Issue 9: an at-most-once step is recorded before its function runs. $4 step; $5 the deferred
+    // results it carries (issue 11) and $6 their last, the new recovery point (NULL: none).
     markStepStarted: named(
       'mark_step_started',
       `UPDATE ${table}
-          SET started_steps = array_append(started_steps, $4::text), locked_at = now(), updated_at = now()
+          SET started_steps = array_append(started_steps, $4::text), phase_data = phase_data || $5::jsonb,
+              recovery_point = COALESCE($6::text, recovery_point), locked_at = now(), updated_at = now()
         WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
     ),
     // $1 scope, $2 key, $3 token, $4 ttl ms: a live claim never expires under its owner.

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { OncelyError } from '../../errors.js'
-import type { ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, TakeOverInput } from '../../engine/store.js'
+import type { CarriedPhases, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, TakeOverInput } from '../../engine/store.js'
 import type { ClaimAttempt, ClaimSnapshot, ClaimState } from '../../engine/types.js'
 import type { PoolLike, Queryable } from './executor.js'
 import { claimOf, snapshotOf } from './key-rows.js'
@@ -126,11 +126,11 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       const values = [seen.scope, seen.key, seen.claimId, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs]
       return held(seen.scope, seen.key, sql.reclaimExpired, values)
     },
-    async commitPhase(fence: Fence, phase: string, result: unknown) {
-      return fenced(pool, sql.commitPhase, fence, [phase, JSON.stringify(result ?? null)])
+    async commitPhase(fence: Fence, phase: string, result: unknown, carried?: CarriedPhases) {
+      return fenced(pool, sql.commitPhase, fence, [phase, JSON.stringify(result ?? null), JSON.stringify(carried?.phases ?? {})])
     },
-    async markStepStarted(fence: Fence, step: string) {
-      return fenced(pool, sql.markStepStarted, fence, [step])
+    async markStepStarted(fence: Fence, step: string, carried?: CarriedPhases) {
+      return fenced(pool, sql.markStepStarted, fence, [step, JSON.stringify(carried?.phases ?? {}), carried?.recoveryPoint ?? null])
     },
     async renewLease(fence: Fence, ttlMs: number) {
       return fenced(pool, sql.renewLease, fence, [ttlMs])
