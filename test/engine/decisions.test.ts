@@ -95,8 +95,8 @@ describe('failures (Invariant 7)', () => {
     let reserveRuns = 0
     const handler = async (execution: Parameters<Parameters<typeof engine.run>[1]>[0]) => {
       await execution.step('reserve', async () => ++reserveRuns)
-      await execution.step('charge', async ({ idempotencyKey }) => {
-        keysSeen.push(idempotencyKey)
+      await execution.step('charge', async ({ providerKey }) => {
+        keysSeen.push(providerKey)
         if (keysSeen.length === 1) throw new Error('provider unreachable')
         return { id: 'ch_1' }
       })
@@ -240,7 +240,7 @@ describe('scope (issue 8, path 11)', () => {
     const { engine } = engineOn(db)
     const first = owned(await engine.begin({ scope: 42, key: 'numeric-scope', fingerprint }))
     expect(first.scope).toBe('42')
-    await first.step('charge', async ({ idempotencyKey }) => idempotencyKey)
+    await first.step('charge', async ({ providerKey }) => providerKey)
     await first.complete(jsonResponse(201, '{}'))
     expect((await engine.begin({ scope: '42', key: 'numeric-scope', fingerprint })).kind).toBe('replay')
   })
