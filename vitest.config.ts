@@ -6,7 +6,7 @@ export default defineConfig({
     globalSetup: ['test/setup/global-setup.ts'],
     setupFiles: ['test/setup/guard-open-handles.ts'],
     reporters: ['default', './test/setup/closing-line-reporter.ts'],
-    // Style rule 21: a forgotten `.only` must not silently shrink the suite in CI.
+    // A forgotten `.only` must not silently shrink the suite in CI (docs/conventions.md, Tests).
     allowOnly: !process.env.CI,
     pool: 'forks',
     testTimeout: 30_000,

@@ -64,7 +64,7 @@ export async function roundTripBench(url: string, options: { iterations: number 
         budget: 3,
         run: async (_, i) => {
           const execution = await fresh(`step-${i}`)
-          await execution.step('charge', ({ idempotencyKey }) => ({ id: idempotencyKey.slice(0, 8) }))
+          await execution.step('charge', ({ providerKey }) => ({ id: providerKey.slice(0, 8) }))
           await execution.complete(response)
         },
       },
@@ -73,7 +73,7 @@ export async function roundTripBench(url: string, options: { iterations: number 
         budget: 3,
         run: async (_, i) => {
           const execution = await fresh(`service-${i}`)
-          await execution.step('charge', ({ idempotencyKey }) => ({ id: idempotencyKey.slice(0, 8) }))
+          await execution.step('charge', ({ providerKey }) => ({ id: providerKey.slice(0, 8) }))
           await execution.completeInTransaction(async (tx) => {
             await tx.query({ text: `INSERT INTO ${SCHEMA}.business VALUES ($1, $2)`, values: [`b-${i}`, response.body] })
             return { response, value: undefined }

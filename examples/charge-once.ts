@@ -23,7 +23,7 @@ async function handle(userId: string, idempotencyKey: string, body: { amount: nu
   const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body })
   const result = await engine.run({ scope: userId, key: idempotencyKey, fingerprint }, async (execution) => {
     // Runs outside any transaction, with a key derived from the claim: the provider dedupes too.
-    const charge = await execution.step('charge', ({ idempotencyKey: providerKey }) => providerCharge(body.amount, providerKey))
+    const charge = await execution.step('charge', ({ providerKey }) => providerCharge(body.amount, providerKey))
     const response = { status: 201, headers: [['content-type', 'application/json']] as [string, string][], body: Buffer.from(JSON.stringify(charge)) }
     // The business row and the stored response commit in one transaction.
     await execution.completeInTransaction(async (tx) => {

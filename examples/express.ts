@@ -27,7 +27,7 @@ app.post('/v1/charges', express.json(), idempotency({ engine, scope: (req) => re
   const { amount } = req.body as { amount: number }
   const { execution, writeOnCompletion } = req.idempotency!
   // Runs once per key; the provider gets a key derived from the claim, so it dedupes too.
-  const charge = await execution.step('charge', ({ idempotencyKey }) => provider.charge(amount, idempotencyKey))
+  const charge = await execution.step('charge', ({ providerKey }) => provider.charge(amount, providerKey))
   // Commits in the transaction that stores the response, or not at all.
   writeOnCompletion(async (tx) => {
     await tx.query({ text: 'INSERT INTO charges (id, amount) VALUES ($1, $2)', values: [charge.id, charge.amount] })

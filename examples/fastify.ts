@@ -25,7 +25,7 @@ await app.register(oncelyFastify, { engine, scope: (request) => request.headers[
 app.post<{ Body: { amount: number } }>('/v1/charges', async (request, reply) => {
   const { execution, writeOnCompletion } = request.idempotency!
   // Runs once per key; the provider gets a key derived from the claim, so it dedupes too.
-  const charge = await execution.step('charge', ({ idempotencyKey }) => provider.charge(request.body.amount, idempotencyKey))
+  const charge = await execution.step('charge', ({ providerKey }) => provider.charge(request.body.amount, providerKey))
   // Commits in the transaction that stores the response, or not at all.
   writeOnCompletion(async (tx) => {
     await tx.query({ text: 'INSERT INTO charges (id, amount) VALUES ($1, $2)', values: [charge.id, charge.amount] })

@@ -21,7 +21,7 @@ class ChargesController {
   @UseInterceptors(IdempotencyInterceptor)
   async charge(@Body() body: { amount: number }, @Idempotency() { execution, writeOnCompletion }: IdempotencyContext<Queryable>) {
     // Runs once per key; the provider gets a key derived from the claim, so it dedupes too.
-    const charge = await execution.step('charge', ({ idempotencyKey }) => provider.charge(body.amount, idempotencyKey))
+    const charge = await execution.step('charge', ({ providerKey }) => provider.charge(body.amount, providerKey))
     // Commits in the transaction that stores the response, or not at all.
     writeOnCompletion(async (tx) => {
       await tx.query({ text: 'INSERT INTO charges (id, amount) VALUES ($1, $2)', values: [charge.id, charge.amount] })

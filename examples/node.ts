@@ -19,7 +19,7 @@ const handler = withIdempotency<Queryable>({ engine, scope: (req) => req.headers
   if (req.method !== 'POST' || req.url !== '/v1/charges') return void res.writeHead(404).end()
   const { execution, writeOnCompletion } = idempotency!
   // Runs once per key; the provider gets a key derived from the claim, so it dedupes too.
-  const charge = await execution.step('charge', ({ idempotencyKey }) => provider.charge((body as { amount: number }).amount, idempotencyKey))
+  const charge = await execution.step('charge', ({ providerKey }) => provider.charge((body as { amount: number }).amount, providerKey))
   // Commits in the transaction that stores the response, or not at all.
   writeOnCompletion(async (tx) => {
     await tx.query({ text: 'INSERT INTO charges (id, amount) VALUES ($1, $2)', values: [charge.id, charge.amount] })

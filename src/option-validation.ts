@@ -9,6 +9,14 @@ export function invalid(name: string, rule: string, value: unknown): OncelyError
   return new OncelyError('ONCELY_INVALID_OPTION', `option ${name} ${rule}; got ${describeValue(value)}`)
 }
 
+/**
+ * For a value that must never appear in a message (a header value, a URL that may hold
+ * credentials): the message keeps its shape and says what was given instead of showing it.
+ */
+export function invalidHidden(name: string, rule: string, description: string): OncelyError {
+  return new OncelyError('ONCELY_INVALID_OPTION', `option ${name} ${rule}; got ${description}`)
+}
+
 export function positiveInteger(name: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) throw invalid(name, 'must be a positive integer', value)
   return value
@@ -39,8 +47,10 @@ export function stringList(name: string, value: unknown): string[] {
 /** A value as an error message shows it: JSON where it can be, never a function's source. */
 export function describeValue(value: unknown): string {
   if (typeof value === 'function') return 'a function'
+  // JSON would show NaN and Infinity as null, and cannot show a bigint.
+  if (typeof value === 'number' || typeof value === 'bigint') return String(value)
   try {
-    return JSON.stringify(value) ?? String(value)
+    return JSON.stringify(value, (_key, member: unknown) => (typeof member === 'function' ? '[function]' : typeof member === 'bigint' ? String(member) : member)) ?? String(value)
   } catch {
     return String(value)
   }

@@ -29,7 +29,7 @@ declare module 'express-serve-static-core' {
  * const app = express()
  * const once = idempotency({ engine, scope: (req) => req.get('x-user-id') })
  * app.post('/v1/charges', express.json(), once, async (req, res) => {
- *   const charge = await req.idempotency!.execution.step('charge', ({ idempotencyKey }) => provider.charge(req.body, idempotencyKey))
+ *   const charge = await req.idempotency!.execution.step('charge', ({ providerKey }) => provider.charge(req.body, providerKey))
  *   res.status(201).json(charge)
  * })
  * ```

@@ -97,7 +97,7 @@ const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options
  * const app = Fastify()
  * await app.register(oncelyFastify, { engine, scope: (request) => request.headers['x-user-id'] as string | undefined })
  * app.post('/v1/charges', async (request, reply) => {
- *   const charge = await request.idempotency!.execution.step('charge', ({ idempotencyKey }) => provider.charge(request.body, idempotencyKey))
+ *   const charge = await request.idempotency!.execution.step('charge', ({ providerKey }) => provider.charge(request.body, providerKey))
  *   return reply.code(201).send(charge)
  * })
  * ```

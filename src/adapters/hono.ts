@@ -24,7 +24,7 @@ export interface IdempotencyEnv<Tx = unknown> {
  * const app = new Hono<IdempotencyEnv>()
  * app.post('/v1/charges', idempotency({ engine, scope: (c) => c.req.header('x-user-id') }), async (c) => {
  *   const body = await c.req.json()
- *   const charge = await c.get('idempotency')!.execution.step('charge', ({ idempotencyKey }) => provider.charge(body, idempotencyKey))
+ *   const charge = await c.get('idempotency')!.execution.step('charge', ({ providerKey }) => provider.charge(body, providerKey))
  *   return c.json(charge, 201)
  * })
  * ```

@@ -91,7 +91,7 @@ Inject(IDEMPOTENCY_OPTIONS)(IdempotencyInterceptor, undefined, 0)
  *   @Post('charges')
  *   @UseInterceptors(IdempotencyInterceptor)
  *   async charge(@Body() body: { amount: number }, @Idempotency() { execution, writeOnCompletion }: IdempotencyContext<Queryable>) {
- *     const charge = await execution.step('charge', ({ idempotencyKey }) => provider.charge(body, idempotencyKey))
+ *     const charge = await execution.step('charge', ({ providerKey }) => provider.charge(body, providerKey))
  *     writeOnCompletion(async (tx) => {
  *       await tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: [charge.id] })
  *     })

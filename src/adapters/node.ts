@@ -43,7 +43,7 @@ export type NodeHandler<Tx> = (req: IncomingMessage, res: ServerResponse, contex
  * import { createServer } from 'node:http'
  * import { withIdempotency } from 'oncely/node'
  * const server = createServer(withIdempotency({ engine, scope: (req) => req.headers['x-user-id'] as string | undefined }, async (req, res, { body, idempotency }) => {
- *   const charge = await idempotency!.execution.step('charge', ({ idempotencyKey }) => provider.charge(body, idempotencyKey))
+ *   const charge = await idempotency!.execution.step('charge', ({ providerKey }) => provider.charge(body, providerKey))
  *   res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify(charge))
  * }))
  * ```

@@ -7,7 +7,7 @@ export interface OperationRecord {
   readonly operationId: string
   /** The `Idempotency-Key` every attempt of this operation carries. */
   readonly key: string
-  /** SHA-256 (hex) of method, URL and canonical body; see `requestFingerprint`. */
+  /** SHA-256 (hex) of method, URL and canonical body; see `fingerprintOperation`. */
   readonly fingerprint: string
   readonly createdAt: Date
   /** When a final response was received; `null` while the operation is unfinished. */

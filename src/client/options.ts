@@ -1,4 +1,4 @@
-import { OncelyError } from '../errors.js'
+import { integerAtLeast, invalid, invalidHidden, optionalFunction } from '../option-validation.js'
 import type { Attempt } from './attempt.js'
 import type { KeyStore } from './key-store.js'
 import { processKeyStore } from './memory-key-store.js'
@@ -73,7 +73,7 @@ const MAX_TIMER_MS = 2 ** 31 - 1
 
 /** Resolves, validates and freezes the options once, at `createClient`; a bad one is named. */
 export function resolveClientOptions(options: ClientOptions): ResolvedClientOptions {
-  if (typeof options !== 'object' || options === null) invalid('options', 'must be an object', options)
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
   const resolved: ResolvedClientOptions = {
     baseUrl: resolveBaseUrl(options.baseUrl),
     keyStore: options.keyStore ?? processKeyStore(),
@@ -92,76 +92,53 @@ export function resolveClientOptions(options: ClientOptions): ResolvedClientOpti
   }
   const store = resolved.keyStore as Partial<KeyStore> | null
   if (typeof store !== 'object' || store === null || (['claim', 'finish', 'prune'] as const).some((m) => typeof store[m] !== 'function')) {
-    invalid('keyStore', 'must have claim, finish and prune methods', options.keyStore)
+    throw invalid('keyStore', 'must have claim, finish and prune methods', options.keyStore)
   }
   return Object.freeze(resolved)
 }
 
 /** Validates a call's own headers the same way as the client's. */
 export function resolveHeaders(name: string, headers: unknown): Readonly<Record<string, string>> {
-  if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) invalid(name, 'must be an object of header names to strings', headers)
+  if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) throw invalid(name, 'must be an object of header names to strings', headers)
   const result: Record<string, string> = {}
   for (const [header, value] of Object.entries(headers)) {
     // Header values are never shown in a message: they hold tokens and API keys.
-    if (!HEADER_NAME.test(header)) invalid(name, 'has a header name that is not an HTTP token (letters, digits and !#$%&\'*+-.^_`|~)', header)
-    if (typeof value !== 'string') invalidHidden(name, `header ${header} must be a string`)
-    if (!HEADER_VALUE.test(value)) invalidHidden(name, `header ${header} has a value with a line break, a NUL or a character above U+00FF (the value is not shown)`)
-    if (header.toLowerCase() === 'idempotency-key') invalid(name, 'may not set Idempotency-Key: the client mints it (pass an operationId)', header)
+    if (!HEADER_NAME.test(header)) throw invalid(name, 'must have header names that are HTTP tokens (letters, digits and !#$%&\'*+-.^_`|~)', header)
+    if (typeof value !== 'string') throw invalidHidden(name, `must map header ${header} to a string`, value === null ? 'null' : `a ${typeof value} (not shown)`)
+    if (!HEADER_VALUE.test(value)) throw invalidHidden(name, `must map header ${header} to a value without a line break, a NUL or a character above U+00FF`, 'a value that has one (not shown)')
+    if (header.toLowerCase() === 'idempotency-key') throw invalid(name, 'may not set Idempotency-Key: the client mints it (pass an operationId)', header)
     result[header] = value
   }
   return Object.freeze(result)
 }
 
 function resolveBaseUrl(value: unknown): string {
-  if (typeof value !== 'string') invalid('baseUrl', 'must be an http or https URL', value)
+  if (typeof value !== 'string') throw invalid('baseUrl', 'must be an http or https URL', value)
   let url: URL
   try {
     url = new URL(value)
   } catch {
-    invalidHidden('baseUrl', 'must be an http or https URL')
+    // Not shown: a string that is no URL may still hold a password.
+    throw invalidHidden('baseUrl', 'must be an http or https URL', 'a string that is not a URL (not shown)')
   }
   const shown = redactUrl(url)
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') invalid('baseUrl', 'must be an http or https URL', shown)
-  if (url.username || url.password) invalid('baseUrl', 'may not hold credentials (user:password@); send them in an authorization header', shown)
-  if (url.search || url.hash) invalid('baseUrl', 'may not have a query or fragment', shown)
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw invalid('baseUrl', 'must be an http or https URL', shown)
+  if (url.username || url.password) throw invalid('baseUrl', 'may not hold credentials (user:password@); send them in an authorization header', shown)
+  if (url.search || url.hash) throw invalid('baseUrl', 'may not have a query or fragment', shown)
   return url.toString().replace(/\/+$/, '')
 }
 
-function integerAtLeast(name: string, value: unknown, min: number): number {
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) invalid(name, `must be an integer of at least ${min}`, value)
-  return value
-}
-
 function duration(name: string, value: unknown): number {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || value > MAX_TIMER_MS) invalid(name, `must be a number of milliseconds from 0 to ${MAX_TIMER_MS}`, value)
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || value > MAX_TIMER_MS) throw invalid(name, `must be a number of milliseconds from 0 to ${MAX_TIMER_MS}`, value)
   return value
 }
 
 function positiveDuration(name: string, value: unknown): number {
-  if (duration(name, value) === 0) invalid(name, 'must be more than 0', value)
+  if (duration(name, value) === 0) throw invalid(name, 'must be more than 0', value)
   return value as number
-}
-
-function optionalFunction<F>(name: string, value: F | undefined): F | undefined {
-  if (value !== undefined && typeof value !== 'function') invalid(name, 'must be a function', value)
-  return value
 }
 
 /** RFC 9110 §5.1 token. */
 const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
 /** What fetch's `Headers` accepts as a value: bytes, no NUL, CR or LF. */
 const HEADER_VALUE = /^[^\0\r\n\u0100-\uffff]*$/
-
-function invalidHidden(name: string, rule: string): never {
-  throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: ${name} ${rule}`)
-}
-
-function invalid(name: string, rule: string, value: unknown): never {
-  let shown: string
-  try {
-    shown = typeof value === 'function' ? 'a function' : (JSON.stringify(value) ?? String(value))
-  } catch {
-    shown = String(value)
-  }
-  throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: ${name} ${rule}, got ${shown}`)
-}

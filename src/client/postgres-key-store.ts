@@ -1,4 +1,6 @@
 import { OncelyError } from '../errors.js'
+import { quoteIdentifier } from '../store/postgres/quote-identifier.js'
+import { buildClientKeyStatements, type ClientKeyRow } from '../store/postgres/statements-client-keys.js'
 import type { KeyStore, OperationOutcome, OperationRecord } from './key-store.js'
 
 /**
@@ -32,16 +34,6 @@ export interface PostgresKeyStore extends KeyStore {
 
 const PRUNE_BATCH = 500
 
-interface KeyRow {
-  operation_id: string
-  idempotency_key: string
-  fingerprint: string
-  created_at: Date
-  finished_at: Date | null
-  final_status: number | null
-  expires_at: Date | null
-}
-
 /**
  * A key store in a PostgreSQL table, shared by every process that uses the database. A claim is
  * one `INSERT … ON CONFLICT DO NOTHING RETURNING` (committed on its own) and, when another
@@ -65,43 +57,25 @@ interface KeyRow {
 export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStoreOptions = {}): PostgresKeyStore {
   if (typeof db?.query !== 'function') throw new OncelyError('ONCELY_INVALID_OPTION', 'postgresKeyStore: db must have a query(config) method, such as a pg.Pool')
   refuseOpenTransaction(db)
-  const table = `${quoteIdentifier('schema', options.schema ?? 'public')}.${quoteIdentifier('table', options.table ?? 'oncely_client_keys')}`
-  const columns = 'operation_id, idempotency_key, fingerprint, created_at, finished_at, final_status, expires_at'
-  const sql = {
-    setup: [
-      `CREATE TABLE IF NOT EXISTS ${table} (`,
-      '  operation_id text PRIMARY KEY,',
-      '  idempotency_key text NOT NULL,',
-      '  fingerprint text NOT NULL,',
-      '  created_at timestamptz NOT NULL,',
-      '  finished_at timestamptz,',
-      '  final_status integer,',
-      '  expires_at timestamptz',
-      ');',
-      `CREATE INDEX IF NOT EXISTS ${quoteIdentifier('table', `${options.table ?? 'oncely_client_keys'}_expires_at`)} ON ${table} (expires_at) WHERE expires_at IS NOT NULL;`,
-    ].join('\n'),
-    insert: `INSERT INTO ${table} (${columns}) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (operation_id) DO NOTHING RETURNING ${columns}`,
-    select: `SELECT ${columns} FROM ${table} WHERE operation_id = $1`,
-    finish: `UPDATE ${table} SET finished_at = $2, final_status = $3, expires_at = $4 WHERE operation_id = $1`,
-    prune: `DELETE FROM ${table} WHERE operation_id IN (SELECT operation_id FROM ${table} WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)`,
-  }
+  const table = options.table ?? 'oncely_client_keys'
+  const sql = buildClientKeyStatements(
+    quoteIdentifier('schema', options.schema ?? 'public'),
+    quoteIdentifier('table', table),
+    quoteIdentifier('table', `${table}_expires_at`),
+  )
 
   return Object.freeze({
     setupSql: sql.setup,
     async setup() {
-      // Concurrent `CREATE TABLE IF NOT EXISTS` of one table can still fail on the catalog's
-      // unique indexes (the table's row type, 42710 or 23505), so setups take turns: the lock and
-      // the DDL run as one multi-statement query, which PostgreSQL runs as one transaction. One
-      // lock for every table, named like the migrations' and the service's: setups are rare.
-      await db.query({ text: `SELECT pg_advisory_xact_lock(hashtext('oncely:client-keys'));\n${sql.setup}` })
+      await db.query({ text: sql.setupTakingTurns })
     },
     async claim(candidate: OperationRecord) {
       refuseOpenTransaction(db)
-      const inserted = await db.query<KeyRow>({
+      const inserted = await db.query<ClientKeyRow>({
         text: sql.insert,
         values: [candidate.operationId, candidate.key, candidate.fingerprint, candidate.createdAt, candidate.finishedAt, candidate.finalStatus, candidate.expiresAt],
       })
-      const row = inserted.rows[0] ?? (await db.query<KeyRow>({ text: sql.select, values: [candidate.operationId] })).rows[0]
+      const row = inserted.rows[0] ?? (await db.query<ClientKeyRow>({ text: sql.select, values: [candidate.operationId] })).rows[0]
       if (!row) throw new Error(`key store row for operation ${JSON.stringify(candidate.operationId)} vanished while claiming it`)
       return toRecord(row)
     },
@@ -111,7 +85,6 @@ export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStor
     },
     async prune(now = new Date()) {
       refuseOpenTransaction(db)
-      // Small batches, so a large backlog never holds many row locks at once.
       let pruned = 0
       for (;;) {
         const deleted = (await db.query({ text: sql.prune, values: [now, PRUNE_BATCH] })).rowCount ?? 0
@@ -136,7 +109,7 @@ function refuseOpenTransaction(db: KeyStoreQueryable): void {
   }
 }
 
-function toRecord(row: KeyRow): OperationRecord {
+function toRecord(row: ClientKeyRow): OperationRecord {
   return {
     operationId: row.operation_id,
     key: row.idempotency_key,
@@ -146,11 +119,4 @@ function toRecord(row: KeyRow): OperationRecord {
     finalStatus: row.final_status,
     expiresAt: row.expires_at === null ? null : new Date(row.expires_at),
   }
-}
-
-function quoteIdentifier(option: string, name: unknown): string {
-  if (typeof name !== 'string' || name.length === 0 || name.length > 63 || name.includes('\0')) {
-    throw new OncelyError('ONCELY_INVALID_OPTION', `postgresKeyStore: ${option} must be a non-empty string of at most 63 characters, got ${JSON.stringify(name)}`)
-  }
-  return `"${name.replaceAll('"', '""')}"`
 }

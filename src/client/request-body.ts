@@ -23,7 +23,7 @@ export type JsonValue = null | boolean | number | string | readonly JsonValue[] 
 export interface EncodedBody {
   readonly bytes: Uint8Array | undefined
   readonly contentType: string | undefined
-  /** What the operation's fingerprint holds for this body; see `requestFingerprint`. */
+  /** What the operation's fingerprint holds for this body; see `fingerprintOperation`. */
   readonly fingerprint: FingerprintBody
 }
 

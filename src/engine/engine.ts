@@ -68,7 +68,7 @@ export interface Engine<Tx = unknown> {
    * ```ts
    * const decision = await engine.begin({ scope: '42', key: req.headers['idempotency-key'], fingerprint })
    * if (decision.kind === 'execute') {
-   *   const charge = await decision.execution.step('charge', ({ idempotencyKey }) => provider.charge({ amount: 1000 }, idempotencyKey))
+   *   const charge = await decision.execution.step('charge', ({ providerKey }) => provider.charge({ amount: 1000 }, providerKey))
    *   await decision.execution.complete({ status: 201, headers: [], body: Buffer.from(JSON.stringify(charge)) })
    * }
    * ```

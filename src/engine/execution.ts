@@ -7,7 +7,19 @@ import type { ClaimKind, ClaimSnapshot, ClaimState, StoredResponse } from './typ
 
 /** What a step's function receives. */
 export interface StepContext {
-  /** The key to pass to the outside world for this step, so the provider dedupes it too. */
+  /**
+   * The key to send to the provider (the outside world) with this step's call, so the provider
+   * dedupes it too. Derived from the request's key, the claim and the step's name
+   * (`deriveStepKey`): the same in every run of this claim, take-overs included, and never the
+   * request's own `Idempotency-Key`.
+   */
+  providerKey: string
+  /**
+   * The same value as `providerKey`, under the name it had first.
+   *
+   * @deprecated Use `providerKey`: this is the key sent to the provider, not the request's
+   * idempotency key. Kept for one release, removed in the one after.
+   */
   idempotencyKey: string
 }
 
@@ -186,8 +198,8 @@ export class Execution<Tx = unknown> {
    *
    * @example
    * ```ts
-   * const charge = await execution.step('charge', ({ idempotencyKey }) =>
-   *   provider.charge({ amount: 1000 }, idempotencyKey))
+   * const charge = await execution.step('charge', ({ providerKey }) =>
+   *   provider.charge({ amount: 1000 }, providerKey))
    * ```
    */
   step<T>(name: string, run: (context: StepContext) => Promise<T> | T, options?: StepOptions & { delivery?: 'at-least-once' }): Promise<T>
@@ -211,7 +223,9 @@ export class Execution<Tx = unknown> {
       this.#settleCarried(carried)
     }
     this.#stepEntered = true
-    const result = await run({ idempotencyKey: this.stepKey(name) })
+    const providerKey = this.stepKey(name)
+    // eslint-disable-next-line @typescript-eslint/no-deprecated -- the old name, kept for one release
+    const result = await run({ providerKey, idempotencyKey: providerKey })
     const stored = toStoredForm(result)
     if (!stored.ok) throw new OncelyError('ONCELY_STEP_RESULT_NOT_JSON', `step ${JSON.stringify(name)} returned a value that is not JSON data`)
     this.#assertRunning()

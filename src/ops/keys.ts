@@ -104,7 +104,7 @@ export async function readKeyRow(target: AdminDatabase, options: { scope: string
 
 export function summaryOf(row: KeyRow): KeySummary {
   return {
-    scope: row.user_id,
+    scope: row.scope,
     key: row.key,
     state: stateOf(row),
     status: row.status,
@@ -127,7 +127,7 @@ export function detailsOf(row: KeyDetailRow): KeyDetails {
   const steps = Object.entries(row.phase_data ?? {}).map(([name, result]) => ({
     name,
     result,
-    providerKey: deriveStepKey({ scope: row.user_id, key: row.key, claimId: row.claim_id, step: name }),
+    providerKey: deriveStepKey({ scope: row.scope, key: row.key, claimId: row.claim_id, step: name }),
   }))
   let response: KeyDetails['response'] = null
   if (row.response_status !== null && row.response_body !== null) {

@@ -151,8 +151,8 @@ export function resolveReconcileOptions<Tx>(options: ReconcileOptions<Tx>) {
 
 async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Promise<ReconcileReport> {
   const { store } = options.engine.options
-  const seen = await store.read(row.user_id, row.key)
-  const base = { scope: row.user_id, key: row.key, claimId: seen?.claimId ?? row.claim_id }
+  const seen = await store.read(row.scope, row.key)
+  const base = { scope: row.scope, key: row.key, claimId: seen?.claimId ?? row.claim_id }
   if (seen === null || seen.status !== 'in_progress') return { ...base, decision: 'skipped', detail: 'settled or released before the reconciler got to it' }
   // Invariant 4: the engine's own take-over, the compare-and-swap a retry runs, re-checking in
   // the database's clock that the lease is older than olderThanMs. The reconciler must not

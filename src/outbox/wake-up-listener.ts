@@ -1,5 +1,5 @@
 import type { PoolClientLike, PoolLike } from '../store/postgres/executor.js'
-import { quoteSchema } from '../store/postgres/schema-name.js'
+import { buildListenStatements } from '../store/postgres/statements-outbox.js'
 
 /** A checked-out `pg` client: it emits notifications and errors. */
 interface ListeningClient extends PoolClientLike {
@@ -19,6 +19,7 @@ const RECONNECT_MAX_MS = 30_000
 export class WakeUpListener {
   readonly #pool: PoolLike
   readonly #channel: string
+  readonly #sql: { listen: string; unlisten: string }
   readonly #wake: () => void
   readonly #log: (line: string) => void
   #client: ListeningClient | undefined
@@ -31,6 +32,7 @@ export class WakeUpListener {
   constructor(pool: PoolLike, channel: string, wake: () => void, log: (line: string) => void) {
     this.#pool = pool
     this.#channel = channel
+    this.#sql = buildListenStatements(channel)
     this.#wake = wake
     this.#log = log
   }
@@ -54,8 +56,7 @@ export class WakeUpListener {
       })
       client.on('error', (error) => this.#lost(client, error))
       client.on('end', () => this.#lost(client, undefined))
-      // The channel is an identifier: quoted like a schema name.
-      await client.query({ text: `LISTEN ${quoteSchema(this.#channel)}` })
+      await client.query({ text: this.#sql.listen })
       if (this.#stopped) {
         client.release(true)
         return
@@ -99,7 +100,7 @@ export class WakeUpListener {
     if (client) {
       client.removeAllListeners?.('notification')
       try {
-        await client.query({ text: `UNLISTEN ${quoteSchema(this.#channel)}` })
+        await client.query({ text: this.#sql.unlisten })
         client.release()
       } catch (error) {
         client.release(error as Error)

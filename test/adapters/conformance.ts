@@ -255,10 +255,10 @@ export function conformanceSuite(harness: AdapterHarness): void {
       const captures: string[] = []
       const charges = counted('POST', '/v1/charges', async ({ idempotency }) => {
         const execution = idempotency!.execution
-        await execution.step('authorize', ({ idempotencyKey }) => void authorizations.push(idempotencyKey))
+        await execution.step('authorize', ({ providerKey }) => void authorizations.push(providerKey))
         try {
-          await execution.step('capture', ({ idempotencyKey }) => {
-            captures.push(idempotencyKey)
+          await execution.step('capture', ({ providerKey }) => {
+            captures.push(providerKey)
             if (captures.length === 1) throw new Error('provider unavailable')
             return { captured: true }
           })

@@ -35,7 +35,7 @@ class ChargesController {
     calls++
     started?.()
     await hold
-    const charge = await execution.step('charge', ({ idempotencyKey }) => ({ id: `ch_${idempotencyKey.slice(0, 12)}`, amount: body.amount }))
+    const charge = await execution.step('charge', ({ providerKey }) => ({ id: `ch_${providerKey.slice(0, 12)}`, amount: body.amount }))
     writeOnCompletion(async (tx) => {
       await tx.query({ text: 'INSERT INTO nest_charges (id, amount) VALUES ($1, $2)', values: [charge.id, charge.amount] })
     })

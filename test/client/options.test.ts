@@ -65,6 +65,29 @@ describe('client options', () => {
     expect(invalidOptionName(options)).toContain(name)
   })
 
+  // One shape for every part's options (src/option-validation.ts): the name, the rule, the value.
+  it.each([
+    [{ baseUrl: 'ftp://example.com' }, 'option baseUrl must be an http or https URL; got "ftp://example.com/"'],
+    [{ baseUrl: 42 }, 'option baseUrl must be an http or https URL; got 42'],
+    [{ baseUrl: 'http://x', maxAttempts: 0 }, 'option maxAttempts must be an integer of at least 1; got 0'],
+    [{ baseUrl: 'http://x', baseDelayMs: -1 }, 'option baseDelayMs must be a number of milliseconds from 0 to 2147483647; got -1'],
+    [{ baseUrl: 'http://x', maxDelayMs: Number.NaN }, 'option maxDelayMs must be a number of milliseconds from 0 to 2147483647; got NaN'],
+    [{ baseUrl: 'http://x', maxRetryAfterMs: '5' }, 'option maxRetryAfterMs must be a number of milliseconds from 0 to 2147483647; got "5"'],
+    [{ baseUrl: 'http://x', deadlineMs: 0 }, 'option deadlineMs must be more than 0; got 0'],
+    [{ baseUrl: 'http://x', keyTtlMs: -5 }, 'option keyTtlMs must be an integer of at least 0; got -5'],
+    [{ baseUrl: 'http://x', onRetry: 'log' }, 'option onRetry must be a function; got "log"'],
+    [{ baseUrl: 'http://x', headers: { 'bad name': 'v' } }, 'option headers must have header names that are HTTP tokens (letters, digits and !#$%&\'*+-.^_`|~); got "bad name"'],
+    [{ baseUrl: 'http://x', keyStore: { claim: () => undefined } }, 'option keyStore must have claim, finish and prune methods; got {"claim":"[function]"}'],
+    [null, 'option options must be an object; got null'],
+  ])('a bad option (%o) is refused as `option NAME RULE; got VALUE`', (options, message) => {
+    expect(invalidOptionName(options)).toBe(message)
+  })
+
+  it('a value it may not show keeps the shape and says what it was instead', () => {
+    expect(invalidOptionName({ baseUrl: 'http://x', headers: { accept: 5 } })).toBe('option headers must map header accept to a string; got a number (not shown)')
+    expect(invalidOptionName({ baseUrl: 'not a url' })).toBe('option baseUrl must be an http or https URL; got a string that is not a URL (not shown)')
+  })
+
   it('never shows a header value or a URL credential in its message', () => {
     expect(invalidOptionName({ baseUrl: 'http://x', headers: { authorization: 'Bearer sk_live_1\r\n' } })).not.toContain('sk_live_1')
     expect(invalidOptionName({ baseUrl: 'http://x', headers: { 'x-api-key': 'sk_live_2\u0100' } })).not.toContain('sk_live_2')

@@ -7,7 +7,7 @@ let db: TestDatabase
 let tables = 0
 beforeAll(async () => {
   db = await createTestDatabase({ max: 25 })
-  // Style rule 7: identifiers with a space, capitals and a quote must survive.
+  // Identifiers with a space, capitals and a quote must survive (docs/conventions.md, SQL).
   await db.pool.query('CREATE SCHEMA "Client Keys"')
 })
 afterAll(async () => {

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest'
-import { createClient, memoryKeyStore, requestFingerprint, type RequestBody } from '../../src/client/index.js'
+import { createClient, memoryKeyStore, fingerprintOperation, type RequestBody } from '../../src/client/index.js'
 import { reply, startServer, statusSequence, type Handler, type TestServer } from './support/http-server.js'
 
 // Issue 14 points 5, 6 and 7: what each body type sends, and what its operation is bound to.
@@ -35,7 +35,7 @@ describe('bodies', () => {
       ['abc', 'application/octet-stream'],
       ['abc', 'application/octet-stream'],
     ])
-    expect(requestFingerprint('POST', url, new TextEncoder().encode('abc').buffer)).not.toBe(requestFingerprint('POST', url, new TextEncoder().encode('abd').buffer))
+    expect(fingerprintOperation('POST', url, new TextEncoder().encode('abc').buffer)).not.toBe(fingerprintOperation('POST', url, new TextEncoder().encode('abd').buffer))
   })
 
   it.each([
@@ -75,8 +75,8 @@ describe('bodies', () => {
   })
 
   it('a plain object is sent as JSON; its fingerprint matches the same JSON typed as text', () => {
-    expect(requestFingerprint('POST', url, { b: 1, a: [true, null] })).toBe(requestFingerprint('POST', url, '{"a":[true,null],"b":1}', 'application/problem+json'))
-    expect(requestFingerprint('POST', url, '{"a":1}')).not.toBe(requestFingerprint('POST', url, { a: 1 }))
+    expect(fingerprintOperation('POST', url, { b: 1, a: [true, null] })).toBe(fingerprintOperation('POST', url, '{"a":[true,null],"b":1}', 'application/problem+json'))
+    expect(fingerprintOperation('POST', url, '{"a":1}')).not.toBe(fingerprintOperation('POST', url, { a: 1 }))
   })
 })
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { backoffDelay, isRetryableStatus, mintKey, parseRetryAfter, requestFingerprint } from '../../src/client/index.js'
+import { backoffDelay, isRetryableStatus, mintKey, parseRetryAfter, fingerprintOperation } from '../../src/client/index.js'
 
 describe('retry policy', () => {
   it('retries 5xx and exactly 408, 409, 425 and 429', () => {
@@ -57,12 +57,12 @@ describe('keys and fingerprints', () => {
 
   it('fingerprints method, URL and canonical body, ignoring key order', () => {
     const url = 'http://127.0.0.1/v1/charges'
-    const base = requestFingerprint('POST', url, { amount: 1000, currency: 'usd' })
-    expect(requestFingerprint('post', url, { currency: 'usd', amount: 1000 })).toBe(base)
-    expect(requestFingerprint('POST', url, { amount: 1001, currency: 'usd' })).not.toBe(base)
-    expect(requestFingerprint('PATCH', url, { amount: 1000, currency: 'usd' })).not.toBe(base)
-    expect(requestFingerprint('POST', `${url}?x=1`, { amount: 1000, currency: 'usd' })).not.toBe(base)
-    expect(requestFingerprint('POST', url, '{"amount":1000,"currency":"usd"}')).not.toBe(base)
-    expect(requestFingerprint('POST', url, undefined)).toMatch(/^[0-9a-f]{64}$/)
+    const base = fingerprintOperation('POST', url, { amount: 1000, currency: 'usd' })
+    expect(fingerprintOperation('post', url, { currency: 'usd', amount: 1000 })).toBe(base)
+    expect(fingerprintOperation('POST', url, { amount: 1001, currency: 'usd' })).not.toBe(base)
+    expect(fingerprintOperation('PATCH', url, { amount: 1000, currency: 'usd' })).not.toBe(base)
+    expect(fingerprintOperation('POST', `${url}?x=1`, { amount: 1000, currency: 'usd' })).not.toBe(base)
+    expect(fingerprintOperation('POST', url, '{"amount":1000,"currency":"usd"}')).not.toBe(base)
+    expect(fingerprintOperation('POST', url, undefined)).toMatch(/^[0-9a-f]{64}$/)
   })
 })

@@ -3,7 +3,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { providerCharges, startProvider, startService, type ServiceOptions, type TestProcess } from '../helpers/processes.js'
 import { newUser, post, type Answer } from '../service/support/api.js'
 
-// Style rule 19: crashes are real. CHAOS=1 lets a request kill the API with SIGKILL at a named
+// Crashes are real (docs/conventions.md, Tests). CHAOS=1 lets a request kill the API with SIGKILL at a named
 // point; a second API process on the same database takes the retries at once, so the 409s before
 // the claim goes stale are observed, not timed; then the killed one is restarted.
 const STALE_AFTER_MS = 1500

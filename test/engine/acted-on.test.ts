@@ -38,15 +38,15 @@ describe('a claim that may have been acted on is never deleted (issue 8, path 1;
 
     const retry = await engine.run(input('acted-1'), async (execution) => {
       expect(execution.how).toBe('take-over')
-      await execution.step('charge', async ({ idempotencyKey }) => {
-        await db.pool.query('INSERT INTO provider_calls (provider_key, step) VALUES ($1, $2)', [idempotencyKey, 'charge'])
+      await execution.step('charge', async ({ providerKey }) => {
+        await db.pool.query('INSERT INTO provider_calls (provider_key, step) VALUES ($1, $2)', [providerKey, 'charge'])
       })
       return jsonResponse(201, '{}')
     })
     expect(retry.kind).toBe('executed')
     // Two calls reached the provider, both with one key: it dedupes them into one charge.
     const { rows } = await db.pool.query<{ provider_key: string }>(`SELECT DISTINCT provider_key FROM provider_calls WHERE step = 'charge'`)
-    expect(rows).toEqual([{ provider_key: dead.idempotencyKey }])
+    expect(rows).toEqual([{ provider_key: dead.providerKey }])
   })
 
   it('release() after a take-over suspends instead, and so does release() after a suspension', async () => {

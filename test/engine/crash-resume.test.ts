@@ -20,7 +20,7 @@ describe('a crash between steps (real process, SIGKILL)', () => {
   it('resumes at the recovery point with the same derived key, never re-running a committed step', async () => {
     const child = spawn(process.execPath, ['--import', 'tsx', worker, db.url, db.schema, 'crash-1'], { stdio: ['ignore', 'pipe', 'inherit'] })
     const [line] = (await once(createInterface({ input: child.stdout }), 'line')) as [string]
-    const inFlight = JSON.parse(line) as { idempotencyKey: string; claimId: string }
+    const inFlight = JSON.parse(line) as { providerKey: string; claimId: string }
     child.kill('SIGKILL')
     await once(child, 'exit')
 
@@ -42,8 +42,8 @@ describe('a crash between steps (real process, SIGKILL)', () => {
     })
     expect(reserveRan).toBe(false)
     expect(reservation).toMatchObject({ reservation: 'r_1', pid: child.pid })
-    const keyPassedOn = await execution.step('charge', async ({ idempotencyKey }) => idempotencyKey)
-    expect(keyPassedOn).toBe(inFlight.idempotencyKey)
+    const keyPassedOn = await execution.step('charge', async ({ providerKey }) => providerKey)
+    expect(keyPassedOn).toBe(inFlight.providerKey)
     await execution.complete(jsonResponse(201, '{}'))
   })
 })

@@ -37,7 +37,7 @@ describe('the database away at completion (issue 8, path 4)', () => {
     for (const key of keys) {
       const decision = await engine.begin({ scope: 'blip', key, fingerprint })
       if (decision.kind !== 'execute') throw new Error(decision.kind)
-      await decision.execution.step('charge', async ({ idempotencyKey }) => ({ id: `ch_${idempotencyKey.slice(0, 8)}` }))
+      await decision.execution.step('charge', async ({ providerKey }) => ({ id: `ch_${providerKey.slice(0, 8)}` }))
       executions.push(decision.execution)
     }
     proxy.cut()

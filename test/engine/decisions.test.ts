@@ -95,8 +95,8 @@ describe('failures (Invariant 7)', () => {
     let reserveRuns = 0
     const handler = async (execution: Parameters<Parameters<typeof engine.run>[1]>[0]) => {
       await execution.step('reserve', async () => ++reserveRuns)
-      await execution.step('charge', async ({ idempotencyKey }) => {
-        keysSeen.push(idempotencyKey)
+      await execution.step('charge', async ({ providerKey }) => {
+        keysSeen.push(providerKey)
         if (keysSeen.length === 1) throw new Error('provider unreachable')
         return { id: 'ch_1' }
       })
@@ -194,22 +194,30 @@ describe('keys', () => {
 
 describe('options', () => {
   const store = () => createPostgresStore({ pool: db.pool, schema: db.schema })
+  // One shape for every part's options (src/option-validation.ts): `option NAME RULE; got VALUE`.
   it.each([
-    ['ttlMs', { ttlMs: 0 }],
-    ['staleAfterMs', { staleAfterMs: -1 }],
-    ['leaseRenewMs', { staleAfterMs: 1000, leaseRenewMs: 1000 }],
-    ['conflictRetryAfterSeconds', { conflictRetryAfterSeconds: 1.5 }],
-    ['handlerDeadlineMs', { staleAfterMs: 3000, handlerDeadlineMs: 1000 }],
-    ['claimRetryMs', { claimRetryMs: 0 }],
-  ])('a bad %s fails at start-up, naming it', (name, options) => {
+    ['ttlMs', { ttlMs: 0 }, 'must be a positive integer', '0'],
+    ['staleAfterMs', { staleAfterMs: -1 }, 'must be a positive integer', '-1'],
+    ['leaseRenewMs', { staleAfterMs: 1000, leaseRenewMs: 1000 }, 'must be below staleAfterMs (1000)', '1000'],
+    ['conflictRetryAfterSeconds', { conflictRetryAfterSeconds: 1.5 }, 'must be a positive integer', '1.5'],
+    ['handlerDeadlineMs', { staleAfterMs: 3000, handlerDeadlineMs: 1000 }, 'must be above leaseRenewMs (1000)', '1000'],
+    ['claimRetryMs', { claimRetryMs: 0 }, 'must be a positive integer', '0'],
+    ['claimRetryMs', { claimRetryMs: Number.NaN }, 'must be a positive integer', 'NaN'],
+    ['ttlMs', { ttlMs: '60000' }, 'must be a positive integer', '"60000"'],
+  ])('a bad %s (%o) fails at start-up, naming it and its value', (name, options, rule, shown) => {
     let error: unknown
     try {
-      createEngine({ store: store(), ...options })
+      createEngine({ store: store(), ...(options as object) })
     } catch (e) {
       error = e
     }
     expect(isOncelyError(error, 'ONCELY_INVALID_OPTION')).toBe(true)
-    expect((error as Error).message).toContain(name)
+    expect((error as Error).message).toBe(`option ${name} ${rule}; got ${shown}`)
+  })
+
+  it('no options, or a store that is not one, fail the same way', () => {
+    expect(() => createEngine(null as never)).toThrow('option options must be an object; got null')
+    expect(() => createEngine({ store: {} as never })).toThrow('option store must be an IdempotencyStore such as createPostgresStore({ pool }); got {}')
   })
 
   // Issue 8, path 3: a key that expires before its lease goes stale could expire under its owner.
@@ -240,7 +248,7 @@ describe('scope (issue 8, path 11)', () => {
     const { engine } = engineOn(db)
     const first = owned(await engine.begin({ scope: 42, key: 'numeric-scope', fingerprint }))
     expect(first.scope).toBe('42')
-    await first.step('charge', async ({ idempotencyKey }) => idempotencyKey)
+    await first.step('charge', async ({ providerKey }) => providerKey)
     await first.complete(jsonResponse(201, '{}'))
     expect((await engine.begin({ scope: '42', key: 'numeric-scope', fingerprint })).kind).toBe('replay')
   })

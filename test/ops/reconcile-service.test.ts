@@ -14,7 +14,7 @@ import { deadClaim } from './support/dead-claim.js'
 import { providerCharges, startProvider, startService, type ServiceOptions, type TestProcess } from '../helpers/processes.js'
 import { get, newUser, post } from '../service/support/api.js'
 
-// Style rule 19: real crashes. The API SIGKILLs itself between the provider's charge and the
+// Real crashes (docs/conventions.md, Tests). The API SIGKILLs itself between the provider's charge and the
 // phase's commit; nobody retries; the restarted service's own reconciler settles the key.
 const STALE_AFTER_MS = 1000
 const RECONCILE_AFTER_MS = 2000

@@ -3,7 +3,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { providerCharges, startProvider, startService, type TestProcess } from '../helpers/processes.js'
 import { newUser, post, type Answer } from './support/api.js'
 
-// Style rule 18: races are at least 20 wide, on real connections started together.
+// Races are at least 20 wide, on real connections started together (docs/conventions.md, Tests).
 const WIDTH = 20
 let db: TestDatabase
 let slowProvider: TestProcess

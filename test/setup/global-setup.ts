@@ -19,8 +19,8 @@ declare module 'vitest' {
 }
 
 /**
- * Style rule 17: start PostgreSQL once (embedded unless DATABASE_URL is set), migrate a template
- * database once; each test file clones it (test/helpers/db.ts).
+ * Real PostgreSQL (docs/conventions.md, Tests): start it once (embedded unless DATABASE_URL is
+ * set), migrate a template database once; each test file clones it (test/helpers/db.ts).
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   let embedded: EmbeddedDatabase | undefined

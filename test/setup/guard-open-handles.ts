@@ -1,8 +1,8 @@
 import { afterAll } from 'vitest'
 
 /**
- * Style rule 21: the suite guards itself. Helpers that open a pool, server or process register
- * it here; a test file that ends with one still open fails, naming it.
+ * The suite guards itself (docs/conventions.md, Tests). Helpers that open a pool, server or
+ * process register it here; a test file that ends with one still open fails, naming it.
  */
 const open = new Map<number, string>()
 let nextId = 0

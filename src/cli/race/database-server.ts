@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
 import { startEmbeddedPostgres } from '../../embedded-postgres/start.js'
+import { buildDatabaseStatements, SHOW_SERVER_VERSION, type ServerVersionRow } from '../../store/postgres/statements-databases.js'
 
 /** The PostgreSQL server the race runs on, with a fresh database per scenario. */
 export interface RaceServer {
@@ -53,10 +54,10 @@ export async function openRaceServer(url: string | undefined, log: (line: string
     throw error
   }
   const base = adminUrl
-  const { rows } = await admin.query<{ server_version: string }>('SHOW server_version')
+  const { rows } = await admin.query<ServerVersionRow>(SHOW_SERVER_VERSION)
   const created = new Set<string>()
   const drop = async (name: string) => {
-    await admin.query(`DROP DATABASE IF EXISTS ${quoteIdent(name)} WITH (FORCE)`)
+    await admin.query(buildDatabaseStatements(name).drop)
     created.delete(name)
   }
   return {
@@ -64,7 +65,7 @@ export async function openRaceServer(url: string | undefined, log: (line: string
     source: url === undefined ? 'embedded' : 'DATABASE_URL',
     async createDatabase(name) {
       await drop(name)
-      await admin.query(`CREATE DATABASE ${quoteIdent(name)}`)
+      await admin.query(buildDatabaseStatements(name).create)
       created.add(name)
       return withDatabase(base, name)
     },
@@ -103,10 +104,6 @@ function snapshotExitListeners(): { restore(): void } {
       }
     },
   }
-}
-
-function quoteIdent(name: string): string {
-  return `"${name.replaceAll('"', '""')}"`
 }
 
 function redact(url: string): string {

@@ -33,8 +33,8 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
     deps.chaos.crashAt('after-claim', crashPoint)
     let result: ProviderResult
     try {
-      result = await execution.step('charge', async ({ idempotencyKey }) => {
-        const answer = await deps.provider.createCharge({ ...input, metadata: providerMetadata(userId, execution.key, execution.claimId) }, idempotencyKey)
+      result = await execution.step('charge', async ({ providerKey }) => {
+        const answer = await deps.provider.createCharge({ ...input, metadata: providerMetadata(userId, execution.key, execution.claimId) }, providerKey)
         // Between the provider's answer and the phase's commit: the worst moment to die.
         deps.chaos.crashAt('after-provider', crashPoint)
         return answer

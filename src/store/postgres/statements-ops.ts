@@ -13,7 +13,8 @@ const ageMs = (column: string) => `(EXTRACT(EPOCH FROM (now() - ${column})) * 10
 
 /** One key as `listKeys` and `inspectKey` see it. */
 export interface KeyRow {
-  user_id: string
+  /** The column `user_id`, read as the engine names it (docs/conventions.md, Names). */
+  scope: string
   key: string
   status: 'in_progress' | 'completed' | 'failed'
   claim_id: string
@@ -71,7 +72,8 @@ export interface RunningClaimsRow {
 
 /** A claim the reconciler may settle: nobody renewed it for the threshold, or it was suspended. */
 export interface ReconcilableRow {
-  user_id: string
+  /** The column `user_id`, read as the engine names it (docs/conventions.md, Names). */
+  scope: string
   key: string
   claim_id: string
 }
@@ -93,7 +95,7 @@ export interface OpsStatements {
 /** Builds the operations statements for one schema. `schema` is an already-quoted identifier. */
 export function buildOpsStatements(schema: string): OpsStatements {
   const table = `${schema}.idempotency_key`
-  const columns = `k.user_id, k.key, k.status, k.claim_id::text, k.request_hash, k.recovery_point,
+  const columns = `k.user_id AS scope, k.key, k.status, k.claim_id::text, k.request_hash, k.recovery_point,
          (k.status = 'in_progress' AND k.lock_token IS NOT NULL) AS held, k.locked_at::text, k.created_at::text, k.expires_at::text,
          CASE WHEN k.status = 'in_progress' THEN ${ageMs('k.locked_at')} END AS lease_age_ms,
          ${ageMs('k.created_at')} AS age_ms, k.expires_at <= now() AS expired,
@@ -157,7 +159,7 @@ export function buildOpsStatements(schema: string): OpsStatements {
     // stopped renewing; oldest lease first. SKIP LOCKED is not needed: the engine's take-over
     // that follows is the compare-and-swap that decides (Invariant 4).
     reconcilable: `
-      SELECT user_id, key, claim_id::text
+      SELECT user_id AS scope, key, claim_id::text
         FROM ${table}
        WHERE status = 'in_progress' AND locked_at <= now() - ${ms('$1')}
        ORDER BY locked_at

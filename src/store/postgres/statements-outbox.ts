@@ -4,6 +4,7 @@
  * resolution, is interpolated.
  */
 import type { QueryConfig } from './executor.js'
+import { quoteIdentifier } from './quote-identifier.js'
 import type { Statement } from './statements.js'
 
 /** One claimed event, as the relay publishes it. */
@@ -65,6 +66,15 @@ const ms = (param: string) => `${param}::bigint * interval '1 millisecond'`
 /** The NOTIFY channel of one schema's outbox (a channel name is at most 63 bytes). */
 export function outboxChannel(schemaName: string): string {
   return `oncely_outbox:${schemaName}`.slice(0, 63)
+}
+
+/**
+ * The relay's wake-up connection subscribes with `listen` and leaves with `unlisten`. A channel
+ * is an identifier, quoted like a schema name; NOTIFY itself binds it (`pg_notify($7, '')`).
+ */
+export function buildListenStatements(channel: string): { listen: string; unlisten: string } {
+  const quoted = quoteIdentifier('channel', channel)
+  return { listen: `LISTEN ${quoted}`, unlisten: `UNLISTEN ${quoted}` }
 }
 
 const EVENT_COLUMNS = `id::text, seq::text, type, ordering_key, payload, headers, occurred_at, attempts`

@@ -45,8 +45,8 @@ export class Attempt {
           return failed
         }
         if (action === 'throw') throw new HandlerFailed('the handler failed')
-        await execution.step('charge', async ({ idempotencyKey }) => {
-          const charge = provider.charge(idempotencyKey, input.scope, input.key)
+        await execution.step('charge', async ({ providerKey }) => {
+          const charge = provider.charge(providerKey, input.scope, input.key)
           if (action === 'step-then-die') {
             // The provider charged; the process dies before the phase commits.
             this.#done.resolve({ kind: 'frozen' })
