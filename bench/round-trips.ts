@@ -88,7 +88,7 @@ export async function roundTripBench(url: string, options: { iterations: number 
           const decision = await engine.begin({ scope: 'u', key: `pipelined-${i}`, fingerprint })
           if (decision.kind !== 'execute') throw new Error(`fresh key answered ${decision.kind}`)
           const execution = decision.execution
-          await execution.step('charge', ({ idempotencyKey }) => ({ id: idempotencyKey.slice(0, 8) }))
+          await execution.step('charge', ({ providerKey }) => ({ id: providerKey.slice(0, 8) }))
           await execution.complete(response, {
             writes: async (tx) => {
               await Promise.all([

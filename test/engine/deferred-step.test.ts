@@ -75,12 +75,12 @@ describe("step(name, fn, { commit: 'with-next-write' })", () => {
     const { engine: slow } = engineOn(db, { staleAfterMs: 60_000 })
     const old = owned(await slow.begin({ scope: 'u1', key: 'deferred-crash', fingerprint }))
     const keys: string[] = []
-    await old.step('charge', ({ idempotencyKey }) => keys.push(idempotencyKey), { commit: 'with-next-write' })
+    await old.step('charge', ({ providerKey }) => keys.push(providerKey), { commit: 'with-next-write' })
     await ageClaim(db, 'u1', 'deferred-crash')
     const taker = owned(await engineOn(db, { staleAfterMs: 1000 }).engine.begin({ scope: 'u1', key: 'deferred-crash', fingerprint }))
     expect(taker.how).toBe('take-over')
     expect(taker.recoveryPoint).toBeNull()
-    await taker.step('charge', ({ idempotencyKey }) => keys.push(idempotencyKey))
+    await taker.step('charge', ({ providerKey }) => keys.push(providerKey))
     expect(keys).toHaveLength(2)
     expect(keys[1]).toBe(keys[0])
     // The old owner's deferred result cannot land: its next write is fenced out.

@@ -89,7 +89,7 @@ describe('migrate: bad arguments', () => {
     ['no options', undefined, /options object/],
     ['no pool', {}, /^pool /],
     ['a pool without connect()', { pool: { query: () => Promise.resolve({ rows: [], rowCount: 0 }) } }, /^pool /],
-    ['an empty schema', { schema: '' }, /^schema /],
+    ['an empty schema', { schema: '' }, /^option schema /],
     ['a zero lockTimeoutMs', { lockTimeoutMs: 0 }, /^lockTimeoutMs /],
     ['a string timeoutMs', { timeoutMs: '5s' }, /^timeoutMs /],
   ]
