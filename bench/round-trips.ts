@@ -81,14 +81,17 @@ export async function roundTripBench(url: string, options: { iterations: number 
         },
       },
       {
-        name: 'fresh: claim + one step + completion with a business row and an event, pipelined (the service)',
+        // The charge's result rides with the receipt's at-most-once mark, which must commit before
+        // the send; the business row and the event leave with the completion.
+        name: 'fresh: claim + charge + at-most-once receipt + completion with a business row and an event, pipelined (the service)',
         budget: 3,
         pipelined: true,
         run: async (engine, i) => {
           const decision = await engine.begin({ scope: 'u', key: `pipelined-${i}`, fingerprint })
           if (decision.kind !== 'execute') throw new Error(`fresh key answered ${decision.kind}`)
           const execution = decision.execution
-          await execution.step('charge', ({ providerKey }) => ({ id: providerKey.slice(0, 8) }))
+          await execution.step('charge', ({ providerKey }) => ({ id: providerKey.slice(0, 8) }), { commit: 'with-next-write' })
+          await execution.step('receipt', () => true, { delivery: 'at-most-once', commit: 'with-next-write' })
           await execution.complete(response, {
             writes: async (tx) => {
               await Promise.all([

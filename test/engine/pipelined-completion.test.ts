@@ -64,6 +64,22 @@ describe('complete(response, { writes })', () => {
     expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_pipe"}')
   })
 
+  it("the reference service's shape: claim, the receipt's mark carrying the charge, the completion's flight, its COMMIT: four round trips, three commits", async () => {
+    const { pool, engine, outbox } = setup(true)
+    await withTransaction(db.pool, (tx) => outbox.enqueue(tx, { type: 'warm-up', key: 'cus_0', payload: {} }))
+    const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-service', fingerprint }))
+    const charge = await execution.step('charge', ({ providerKey }) => ({ id: `ch_${providerKey.slice(0, 6)}` }), { commit: 'with-next-write' })
+    await execution.step('receipt', () => true, { delivery: 'at-most-once', commit: 'with-next-write' })
+    await execution.complete(jsonResponse(201, JSON.stringify(charge)), {
+      writes: async (tx) => {
+        await Promise.all([insertCharge(tx, charge.id), outbox.enqueue(tx, { type: 'charge.succeeded', key: 'cus_1', payload: charge })])
+      },
+    })
+    expect(pool.statements.map((s) => s.split(/[ ;]/)[0])).toEqual(['WITH', 'UPDATE', 'BEGIN', 'UPDATE', 'INSERT', 'WITH', 'COMMIT'])
+    expect(pool.roundTrips()).toBe(4)
+    expect(await charges(charge.id)).toBe(1)
+  })
+
   it('without pipelining: the same statements, each its own round trip', async () => {
     const { pool, engine } = setup(false)
     const execution = owned(await engine.begin({ scope: 'u1', key: 'plain-fresh', fingerprint }))
