@@ -8,6 +8,8 @@ import { chargeFrom, declined, providerMetadata, providerUnavailable } from '../
 import { insertCharge } from '../sql.js'
 import { chargeSucceededEvent } from '../events.js'
 import { isOncelyError } from '../../errors.js'
+import { logKey } from '../../index.js'
+import { CHARGES_ROUTE } from '../operations.js'
 
 /**
  * oncely's design, on the public API only: the adapter claims the key in its own committed
@@ -62,7 +64,7 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
       )
       .catch((error: unknown) => {
         if (isOncelyError(error)) throw error
-        deps.log(`receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
+        deps.log.warn({ route: CHARGES_ROUTE, scope: userId, key: logKey(execution.key) }, `receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
       })
     guarded.writeOnCompletion(async (tx) => {
       await insertCharge(tx, userId, execution.key, charge)
