@@ -25,12 +25,15 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
     if (isOncelyError(error, 'ONCELY_LOCK_LOST')) {
       return problem({ type: 'idempotency-key-in-use', title: 'Idempotency-Key in use', status: 409, detail: 'another request took this operation over; retry later' }, { 'retry-after': '1' })
     }
-    const fields = requestFields(c.req.method, c.req.routePath, c.get('userId'), c.req.header('idempotency-key'), error)
+    const key = c.req.header('idempotency-key')
+    const fields = requestFields(c.req.method, c.req.routePath, c.get('userId'), key, error)
+    // The engine's messages quote the key: logged, it is its hash.
+    const text = (value: string) => (key === undefined || key === '' ? value : value.replaceAll(JSON.stringify(key), logKey(key)))
     if (await isUnavailable(error, deps.pool)) {
-      deps.log.warn(fields, `database unavailable: ${String(error)}`)
+      deps.log.warn(fields, text(`database unavailable: ${String(error)}`))
       return problem({ type: 'service-unavailable', title: 'Service unavailable', status: 503, detail: 'the database did not answer; retry with the same Idempotency-Key' }, { 'retry-after': '1' })
     }
-    deps.log.error(fields, `internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`)
+    deps.log.error(fields, text(`internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`))
     return problem({ type: 'internal-error', title: 'Internal Server Error', status: 500, detail: 'the request failed unexpectedly' })
   })
   app.notFound((c) => problem({ type: 'not-found', title: 'Not Found', status: 404, detail: `no route for ${c.req.method} ${c.req.path}` }))
