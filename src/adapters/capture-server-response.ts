@@ -1,4 +1,5 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import type { Logger, LogFields } from '../ops/logger.js'
 import type { HttpAnswer } from './answers.js'
 import { toBytes } from './body.js'
 import type { CapturedResponse } from './request-context.js'
@@ -9,6 +10,8 @@ type End = (chunk: Uint8Array, callback?: Callback) => void
 /** Decides what to send for a captured response: a replacement, or `null` to send it as it is. Never rejects. */
 export interface ResponseSettler {
   settle(captured: CapturedResponse): Promise<HttpAnswer | null>
+  /** The fields of the request's log lines (route, scope, hashed key). */
+  readonly logFields?: Readonly<LogFields>
 }
 
 /**
@@ -17,13 +20,15 @@ export interface ResponseSettler {
  * response as streamed, and the first answer alone goes on the wire, as it was stored, once
  * `guard.settle` has stored it or chosen a replacement. A second answer is dropped.
  */
-export function captureServerResponse(res: ServerResponse, guard: ResponseSettler, log: (line: string) => void): void {
+export function captureServerResponse(res: ServerResponse, guard: ResponseSettler, log: Logger): void {
   const original = { write: res.write.bind(res), end: res.end.bind(res), writeHead: res.writeHead.bind(res), flushHeaders: res.flushHeaders.bind(res) }
   // Headers set before the handler ran (CORS, request ids) survive a replacement answer.
   const earlier = new Set(res.getHeaderNames())
   let streamed = false
   let ended = false
-  const secondAnswer = () => log(`oncely: the handler answered ${res.req.method ?? ''} ${res.req.url ?? ''} twice; only its first answer is sent and stored`)
+  // The path without its query string, which may carry a token.
+  const fields = () => guard.logFields ?? { route: `${res.req.method ?? ''} ${(res.req.url ?? '').split('?')[0] ?? ''}` }
+  const secondAnswer = () => log.warn(fields(), 'oncely: the handler answered twice; only its first answer is sent and stored')
 
   res.writeHead = function writeHead(statusCode: number, ...rest: unknown[]) {
     if (ended) return res
@@ -74,7 +79,7 @@ export function captureServerResponse(res: ServerResponse, guard: ResponseSettle
         res.statusMessage = statusMessage
         original.end(body, callback)
       } catch (error) {
-        log(`oncely: the answer to ${res.req.method ?? ''} ${res.req.url ?? ''} could not be sent; the connection is closed: ${String(error)}`)
+        log.error(fields(), `oncely: the answer could not be sent; the connection is closed: ${String(error)}`)
         res.destroy()
       }
     })

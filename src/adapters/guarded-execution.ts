@@ -2,19 +2,21 @@ import type { Execution } from '../engine/execution.js'
 import type { StoredResponse } from '../engine/types.js'
 import { isOncelyError } from '../errors.js'
 import { isRetryableStatus } from '../retryable-status.js'
+import { logKey, type LogFields } from '../ops/logger.js'
 import { conflictAnswer, problem, PROBLEM_TYPES, storeUnavailableAnswer, type HttpAnswer } from './answers.js'
+import { codeOf, describeForLog } from './log-fields.js'
 import type { OutcomeEvent, ResolvedAdapterOptions } from './options.js'
 import type { CapturedResponse, CompletionWork, IdempotencyContext } from './request-context.js'
 import { storableHeaders } from './stored-headers.js'
 
 export type Outcome = OutcomeEvent['outcome']
 
-export function report(options: ResolvedAdapterOptions<never, unknown>, outcome: Outcome, status: number, startedAt: number, instance?: string): void {
+export function report(options: ResolvedAdapterOptions<never, unknown>, outcome: Outcome, status: number, startedAt: number, instance?: string, fields: LogFields = {}): void {
   try {
     options.onOutcome?.({ outcome, status, durationMs: performance.now() - startedAt, ...(instance === undefined ? {} : { instance }) })
   } catch (error) {
     // A metrics callback must never turn an answered request into a crash.
-    options.log(`oncely: onOutcome threw: ${String(error)}`)
+    options.log.error(fields, `oncely: onOutcome threw: ${String(error)}`)
   }
 }
 
@@ -25,12 +27,15 @@ export class GuardedExecution<Tx> {
   readonly #execution: Execution<Tx>
   readonly #startedAt: number
   readonly #writes: Array<CompletionWork<Tx>> = []
+  /** The fields of this request's log lines: route, scope, hashed key. */
+  readonly logFields: Readonly<LogFields>
   #settled = false
 
-  constructor(options: ResolvedAdapterOptions<never, Tx>, execution: Execution<Tx>, startedAt: number) {
+  constructor(options: ResolvedAdapterOptions<never, Tx>, execution: Execution<Tx>, startedAt: number, logFields: LogFields = {}) {
     this.#options = options
     this.#execution = execution
     this.#startedAt = startedAt
+    this.logFields = Object.freeze({ ...logFields, scope: execution.scope, key: logKey(execution.key) })
     const writes = this.#writes
     this.context = Object.freeze({ execution, writeOnCompletion: (work: CompletionWork<Tx>) => void writes.push(work) })
   }
@@ -48,7 +53,7 @@ export class GuardedExecution<Tx> {
     if (this.#settled) return null
     this.#settled = true
     const [replacement, status, outcome] = await this.#apply(captured)
-    report(this.#options, outcome, status, this.#startedAt, replacement?.instance)
+    report(this.#options, outcome, status, this.#startedAt, replacement?.instance, this.logFields)
     return replacement
   }
 
@@ -87,7 +92,6 @@ export class GuardedExecution<Tx> {
 
   /** The answer to a completion that did not land, by what the engine says happened. */
   async #storeFailed(error: unknown): Promise<[HttpAnswer, number, Outcome]> {
-    const key = JSON.stringify(this.#execution.key)
     if (isOncelyError(error, 'ONCELY_LOCK_LOST')) {
       return [conflictAnswer(1, 'another request took this Idempotency-Key over while it was processed; retry to get its outcome'), 409, 'conflict']
     }
@@ -96,7 +100,7 @@ export class GuardedExecution<Tx> {
       // the cause is fixed, and then the retry resumes after the last committed step.
       const detail = 'the outcome of this request could not be recorded, for a reason a retry will not fix; the operation is kept for an operator, quote the instance to support'
       const answer = problem({ status: 500, type: PROBLEM_TYPES.outcomeNotRecorded, title: 'Outcome not recorded', detail, retryable: false })
-      this.#options.log(`oncely: ONCELY_OUTCOME_NOT_RECORDED for key ${key} (instance ${answer.instance}): ${describe(error)}`)
+      this.#options.log.error({ ...this.logFields, code: 'ONCELY_OUTCOME_NOT_RECORDED', instance: answer.instance }, `oncely: the outcome could not be recorded: ${this.#describe(error)}`)
       return [answer, 500, 'failed']
     }
     await this.#letGo()
@@ -110,13 +114,13 @@ export class GuardedExecution<Tx> {
           retryable: true,
           headers: [['retry-after', '1']],
         })
-    this.#options.log(`oncely: the outcome of key ${key} could not be stored (instance ${answer.instance}): ${describe(error)}`)
+    this.#options.log.error({ ...this.logFields, ...codeOf(error), instance: answer.instance }, `oncely: the outcome could not be stored: ${this.#describe(error)}`)
     return [answer, 503, 'failed']
   }
 
   #notReplayable(detail: string): [HttpAnswer, number, Outcome] {
     const answer = problem({ status: 500, type: PROBLEM_TYPES.notReplayable, title: 'Response not replayable', detail, retryable: false })
-    this.#options.log(`oncely: ONCELY_RESPONSE_NOT_REPLAYABLE: ${detail} (key ${JSON.stringify(this.#execution.key)}, instance ${answer.instance})`)
+    this.#options.log.error({ ...this.logFields, code: 'ONCELY_RESPONSE_NOT_REPLAYABLE', instance: answer.instance }, `oncely: ${detail}`)
     return [answer, 500, 'failed']
   }
 
@@ -133,6 +137,10 @@ export class GuardedExecution<Tx> {
     await (status === 'completed' ? execution.complete(response, { writes }) : execution.fail(response, { writes }))
   }
 
+  #describe(error: unknown): string {
+    return describeForLog(error, this.#execution.key)
+  }
+
   /** Invariant 7: release while nothing can have happened, else suspend so a retry resumes. */
   async #letGo(): Promise<void> {
     const execution = this.#execution
@@ -141,12 +149,8 @@ export class GuardedExecution<Tx> {
       await (execution.sideEffectsPossible ? execution.suspend() : execution.release())
     } catch (error) {
       if (!isOncelyError(error, 'ONCELY_LOCK_LOST')) {
-        this.#options.log(`oncely: key ${JSON.stringify(execution.key)} could not be released; it is retried once its claim goes stale: ${describe(error)}`)
+        this.#options.log.warn({ ...this.logFields, ...codeOf(error) }, `oncely: the key could not be released; it is retried once its claim goes stale: ${this.#describe(error)}`)
       }
     }
   }
-}
-
-function describe(error: unknown): string {
-  return error instanceof Error ? `${error.name}: ${error.message}` : String(error)
 }

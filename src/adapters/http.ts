@@ -3,6 +3,7 @@ import { isOncelyError } from '../errors.js'
 import { conflictAnswer, problem, PROBLEM_TYPES, replayAnswer, storeUnavailableAnswer, type HttpAnswer } from './answers.js'
 import { withoutFields } from './excluded-fields.js'
 import { GuardedExecution, report, type Outcome } from './guarded-execution.js'
+import { codeOf, describeForLog, requestLogFields } from './log-fields.js'
 import type { ResolvedAdapterOptions } from './options.js'
 import type { RequestParts } from './request-context.js'
 
@@ -38,6 +39,7 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
     return { kind: 'answer', answer: response }
   }
   const sentKey = parts.key === undefined || parts.key === null ? undefined : typeof parts.key === 'string' ? parts.key : parts.key.join(', ')
+  let fields = requestLogFields({ method: parts.method, route: parts.route, key: sentKey })
   if (sentKey === undefined && !options.required) {
     return { kind: 'unkeyed', finish: (status) => report(options, 'unkeyed', status, startedAt) }
   }
@@ -45,10 +47,11 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
     // Issue 8 path 14: a fingerprint without the body would replay a different request.
     const detail = `${parts.method.toUpperCase()} ${parts.route} has a request body the idempotency guard cannot see: mount a body parser for its content type (express.json(), express.raw() …) before idempotency()`
     const refusal = problem({ status: 500, type: PROBLEM_TYPES.bodyNotRead, title: 'Request body not read', detail, retryable: false })
-    options.log(`oncely: ${detail} (instance ${refusal.instance})`)
+    options.log.error({ ...fields, instance: refusal.instance }, `oncely: ${detail}`)
     return answer('failed', refusal)
   }
   const scope = await options.scope(request)
+  if (typeof scope === 'string' || typeof scope === 'number') fields = requestLogFields({ method: parts.method, route: parts.route, scope, key: sentKey })
   if (scope === undefined || scope === '') {
     return answer('invalid', problem({ status: 401, type: PROBLEM_TYPES.unauthenticated, title: 'Unauthenticated', detail: 'this request must be authenticated to use an Idempotency-Key', retryable: false }))
   }
@@ -68,17 +71,16 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
       // A bug in the scope option, not an outage: retrying cannot help.
       const detail = 'the scope option gave neither a non-empty string nor a finite number for this request'
       const refusal = problem({ status: 500, type: 'about:blank', title: 'Internal Server Error', detail, retryable: false })
-      options.log(`oncely: ONCELY_INVALID_SCOPE (instance ${refusal.instance}): ${String(error)}`)
+      options.log.error({ ...fields, code: 'ONCELY_INVALID_SCOPE', instance: refusal.instance }, `oncely: ${describeForLog(error, sentKey)}`)
       return answer('failed', refusal)
     }
     const unavailable = storeUnavailableAnswer('the idempotency record could not be read; retry with the same key')
-    const code = isOncelyError(error) ? `${error.code}: ` : ''
-    options.log(`oncely: the idempotency store failed to answer (instance ${unavailable.instance}): ${code}${String(error)}`)
+    options.log.error({ ...fields, ...codeOf(error), instance: unavailable.instance }, `oncely: the idempotency store failed to answer: ${describeForLog(error, sentKey)}`)
     return answer('failed', unavailable)
   }
   switch (decision.kind) {
     case 'execute':
-      return { kind: 'execute', guard: new GuardedExecution(options, decision.execution, startedAt) }
+      return { kind: 'execute', guard: new GuardedExecution(options, decision.execution, startedAt, fields) }
     case 'replay':
       return answer('replayed', replayAnswer(decision.response, options.xIdempotentReplayed))
     case 'conflict':

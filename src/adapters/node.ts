@@ -92,7 +92,8 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
 
   return (req, res) => {
     handle(req, res).catch((error: unknown) => {
-      resolved.log(`oncely: the handler of ${req.method} ${req.url} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`)
+      // The path without its query string, which may carry a token; the route option may be what threw.
+      resolved.log.error({ route: `${req.method ?? ''} ${(req.url ?? '').split('?')[0] ?? ''}` }, `oncely: the handler failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`)
       if (res.headersSent || res.writableEnded) res.destroy()
       else sendAnswer(res, problem({ status: 500, type: 'about:blank', title: 'Internal Server Error', detail: 'the request could not be processed', retryable: true }))
     })

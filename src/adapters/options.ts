@@ -1,5 +1,6 @@
 import type { Engine } from '../engine/engine.js'
 import { invalid, optionalBoolean, optionalFunction, positiveInteger, stringList } from '../option-validation.js'
+import { resolveLogger, type Logger, type LogOption } from '../ops/logger.js'
 import { parsePointers, type Pointer } from './excluded-fields.js'
 
 /** What one guarded request came to, reported to `onOutcome` (for metrics). */
@@ -62,8 +63,15 @@ export interface AdapterOptions<Req, Tx = unknown> {
   excludeBodyFields?: readonly string[]
   /** Also send `X-Idempotent-Replayed: true` on a replay, for clients written for other servers. (Default: `false`) */
   xIdempotentReplayed?: boolean
-  /** Where the adapter writes a line when it cannot store a response; 5xx lines name the problem's `instance`. (Default: `console.warn`) */
-  log?: (line: string) => void
+  /**
+   * Where the adapter logs what it cannot do (store a response, reach the database…): a
+   * pino-style logger (`info/warn/error(fields, message)`), given `scope`, `key` (hashed with
+   * `logKey`: 16 hex characters, never the key itself), `route` (`METHOD /pattern`), `code` and
+   * the problem's `instance` as fields; or a function given one plain line, `message
+   * field=value …`. No request header (`Authorization`, cookies) is ever logged.
+   * (Default: lines to `console.warn`)
+   */
+  log?: LogOption
   /** Called once per guarded request with its outcome, for metrics. (Default: none) */
   onOutcome?: (event: OutcomeEvent) => void
 }
@@ -78,7 +86,7 @@ export interface ResolvedAdapterOptions<Req, Tx = unknown> {
   readonly required: boolean
   readonly excludeBodyFields: readonly Pointer[]
   readonly xIdempotentReplayed: boolean
-  readonly log: (line: string) => void
+  readonly log: Logger
   readonly onOutcome: ((event: OutcomeEvent) => void) | undefined
 }
 
@@ -100,14 +108,7 @@ export function resolveAdapterOptions<Req, Tx>(options: AdapterOptions<Req, Tx>)
   const maxStoredBodyBytes = positiveInteger('maxStoredBodyBytes', options.maxStoredBodyBytes ?? DEFAULT_MAX_STORED_BODY_BYTES)
   const routes = optionalFunction('routes', options.routes)
   const onOutcome = optionalFunction('onOutcome', options.onOutcome)
-  const userLog = optionalFunction('log', options.log) ?? ((line: string) => console.warn(line))
-  const log = (line: string) => {
-    try {
-      userLog(line)
-    } catch {
-      // A logger that throws must never turn an answered request into a crash.
-    }
-  }
+  const log = neverThrowing(resolveLogger(options.log, 'log'))
   return Object.freeze({
     engine,
     scope: scope === 'global' ? async () => 'global' : async (request: Req) => scope(request),
@@ -121,4 +122,18 @@ export function resolveAdapterOptions<Req, Tx>(options: AdapterOptions<Req, Tx>)
     log,
     onOutcome,
   })
+}
+
+/** A logger that throws must never turn an answered request into a crash. */
+function neverThrowing(logger: Logger): Logger {
+  const guarded =
+    (level: keyof Logger): Logger[keyof Logger] =>
+    (fields, message) => {
+      try {
+        logger[level](fields, message)
+      } catch {
+        // Dropped: the answer matters more than its log line.
+      }
+    }
+  return Object.freeze({ info: guarded('info'), warn: guarded('warn'), error: guarded('error') })
 }

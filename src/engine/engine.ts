@@ -1,5 +1,6 @@
 import { OncelyError } from '../errors.js'
 import { claimKey } from './claim.js'
+import { publishDecision } from './events.js'
 import { Execution } from './execution.js'
 import { parseIdempotencyKey } from './key.js'
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js'
@@ -103,10 +104,10 @@ export function createEngine<Tx>(options: EngineOptions<Tx>): Engine<Tx> {
   async function begin(input: BeginInput): Promise<Decision<Tx>> {
     const scope = scopeOf(input.scope)
     const parsed = parseIdempotencyKey(input.key)
-    if (!parsed.ok) return { kind: 'invalid', reason: parsed.reason }
+    if (!parsed.ok) return publishDecision(scope, input.key, { kind: 'invalid', reason: parsed.reason })
     const outcome = await claimKey({ scope, key: parsed.key, fingerprint: input.fingerprint }, resolved)
-    if (outcome.kind !== 'owned') return outcome
-    return { kind: 'execute', execution: new Execution(outcome.claim, outcome.how, resolved) }
+    if (outcome.kind !== 'owned') return publishDecision(scope, parsed.key, outcome)
+    return publishDecision(scope, parsed.key, { kind: 'execute', execution: new Execution(outcome.claim, outcome.how, resolved) })
   }
 
   async function run(

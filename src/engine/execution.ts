@@ -1,4 +1,5 @@
 import { OncelyError, type OncelyErrorCode } from '../errors.js'
+import { publishEnded } from './events.js'
 import type { ResolvedEngineOptions } from './options.js'
 import { decodeStepResult, deriveStepKey, encodeStepResult, toStoredForm } from './phases.js'
 import { describeError, retryTransient } from './retry.js'
@@ -547,6 +548,7 @@ export class Execution<Tx = unknown> {
   }
 
   #end(state: ExecutionState): void {
+    if (this.#state === 'running') publishEnded(this, state, this.#lostCode)
     this.#state = state
     clearInterval(this.#lease)
     clearTimeout(this.#deadline)

@@ -8,7 +8,7 @@ import type { ReconcilableRow } from '../store/postgres/statements-ops.js'
 import { resolveAdminDatabase, type AdminDatabase } from './admin-database.js'
 import { logKey, resolveLogger, type LogOption } from './logger.js'
 import type { ReconcileDecisionName } from './reconcile-decisions.js'
-import { publishEngineEvent } from './telemetry.js'
+import { publishEngineEvent } from '../engine/events.js'
 
 /** What the reconciler's hook is told about a claim it now holds. The request body is not stored. */
 export interface ReconcileClaim<Tx = unknown> {

@@ -1,3 +1,4 @@
+import { publishEngineEvent } from '../engine/events.js'
 import { positiveInteger } from '../engine/options.js'
 
 /** What the sweeper needs from a store. */
@@ -20,7 +21,8 @@ export interface SweepOptions {
  * is reached (Invariant 9). Each batch is one statement that skips rows other transactions hold
  * and checks expiry again on the locked row, so a key being reclaimed is never deleted. A running
  * claim is never deleted, however old (Invariant 11): its steps may be the only record of a real
- * side effect; it is taken over by a retry or settled by the reconciler.
+ * side effect; it is taken over by a retry or settled by the reconciler. Publishes `swept`
+ * (`deleted`, `batches`) on `node:diagnostics_channel` once it is done.
  *
  * @example
  * ```ts
@@ -41,5 +43,6 @@ export async function sweepExpiredKeys(store: SweepableStore, options: SweepOpti
     if (count < batchSize) break
     if (pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs))
   }
+  publishEngineEvent({ event: 'swept', deleted, batches })
   return { deleted, batches }
 }

@@ -1,38 +1,8 @@
-import { channel } from 'node:diagnostics_channel'
 import type { BeginInput, Decision, Engine, FailurePolicy, RunResult } from '../engine/engine.js'
+import type { EngineEventName } from '../engine/events.js'
 import type { Execution } from '../engine/execution.js'
 import type { StoredResponse } from '../engine/types.js'
 import { isOncelyError } from '../errors.js'
-
-/**
- * The engine's events, each on its own `node:diagnostics_channel` channel (`oncely:<event>`),
- * for users with their own telemetry. A channel with no subscriber costs nothing.
- */
-export const ENGINE_EVENTS = ['claimed', 'taken-over', 'replayed', 'conflict', 'mismatch', 'invalid', 'lock-lost', 'completed', 'failed', 'released', 'suspended', 'swept', 'reconciled'] as const
-export type EngineEventName = (typeof ENGINE_EVENTS)[number]
-
-/** What every event carries; `key` is the raw key, for in-process subscribers only: hash it before you log it. */
-export interface EngineEvent {
-  event: EngineEventName
-  scope?: string
-  key?: string
-  claimId?: string
-  recoveryPoint?: string | null
-  [detail: string]: unknown
-}
-
-/** The channel name of an event: `oncely:claimed`, `oncely:lock-lost`, … */
-export function engineChannelName(event: EngineEventName): string {
-  return `oncely:${event}`
-}
-
-const channels = new Map(ENGINE_EVENTS.map((event) => [event, channel(engineChannelName(event))]))
-
-/** Publishes one event, only when someone listens. */
-export function publishEngineEvent(event: EngineEvent): void {
-  const target = channels.get(event.event)
-  if (target?.hasSubscribers) target.publish(event)
-}
 
 /** The subset of an OpenTelemetry `Span` oncely uses (`@opentelemetry/api`, an optional peer). */
 export interface SpanLike {
@@ -51,10 +21,10 @@ const SPAN_ERROR = 2
 
 /**
  * Wraps an engine so that every request is an OpenTelemetry span `oncely.request` (attributes
- * `idempotency.outcome`, `idempotency.recovery_point`, `idempotency.claim`) when a tracer is
- * given, and every event is published on `node:diagnostics_channel`. The wrapped engine is used
- * exactly like the original (pass it to the adapters). Nothing is imported from
- * `@opentelemetry/api`: the tracer you pass is the only link.
+ * `idempotency.outcome`, `idempotency.recovery_point`, `idempotency.claim`). The wrapped engine
+ * is used exactly like the original (pass it to the adapters); without a tracer it is the
+ * engine itself. The events on `node:diagnostics_channel` need no wrapper: the engine publishes
+ * them. Nothing is imported from `@opentelemetry/api`: the tracer you pass is the only link.
  *
  * @example
  * ```ts
@@ -65,30 +35,27 @@ const SPAN_ERROR = 2
  */
 export function instrumentEngine<Tx>(engine: Engine<Tx>, options: { tracer?: TracerLike } = {}): Engine<Tx> {
   const { tracer } = options
+  if (tracer === undefined) return engine
 
-  const started = (input: BeginInput) => tracer?.startSpan('oncely.request', { attributes: { 'idempotency.scope': String(input.scope) } })
+  const started = (input: BeginInput) => tracer.startSpan('oncely.request', { attributes: { 'idempotency.scope': String(input.scope) } })
 
-  function answered(decision: Exclude<Decision<Tx>, { kind: 'execute' }>, input: BeginInput, span: SpanLike | undefined): void {
+  function answered(decision: Exclude<Decision<Tx>, { kind: 'execute' }>, span: SpanLike): void {
     const outcome = decision.kind === 'replay' ? 'replayed' : decision.kind
-    publishEngineEvent({ event: outcome, scope: String(input.scope), ...(typeof input.key === 'string' ? { key: input.key } : {}) })
-    span?.setAttribute('idempotency.outcome', outcome)
-    span?.end()
+    span.setAttribute('idempotency.outcome', outcome)
+    span.end()
   }
 
-  function owned(execution: Execution<Tx>, span: SpanLike | undefined): void {
-    const base = { scope: execution.scope, key: execution.key, claimId: execution.claimId }
-    publishEngineEvent({ event: execution.how === 'take-over' ? 'taken-over' : 'claimed', ...base, recoveryPoint: execution.recoveryPoint, how: execution.how })
-    span?.setAttribute('idempotency.claim', execution.how)
+  function owned(execution: Execution<Tx>, span: SpanLike): void {
+    span.setAttribute('idempotency.claim', execution.how)
     let ended = false
     const end = (event: EngineEventName, error?: unknown) => {
-      // One event per execution: release() may suspend through the wrapped suspend().
+      // One outcome per execution: release() may suspend through the wrapped suspend().
       if (ended) return
       ended = true
-      publishEngineEvent({ event, ...base, recoveryPoint: execution.recoveryPoint })
-      span?.setAttribute('idempotency.outcome', event === 'completed' ? 'created' : event)
-      span?.setAttribute('idempotency.recovery_point', execution.recoveryPoint ?? '')
-      if (error !== undefined) span?.setStatus({ code: SPAN_ERROR, message: error instanceof Error ? error.message : 'the execution failed' })
-      span?.end()
+      span.setAttribute('idempotency.outcome', event === 'completed' ? 'created' : event)
+      span.setAttribute('idempotency.recovery_point', execution.recoveryPoint ?? '')
+      if (error !== undefined) span.setStatus({ code: SPAN_ERROR, message: error instanceof Error ? error.message : 'the execution failed' })
+      span.end()
     }
     // Each way an execution ends, wrapped on this instance: the class stays the engine's.
     const settledEvent = (): EngineEventName => (execution.state === 'completed' ? 'completed' : execution.state === 'failed' ? 'failed' : execution.state === 'suspended' ? 'suspended' : 'released')
@@ -118,7 +85,7 @@ export function instrumentEngine<Tx>(engine: Engine<Tx>, options: { tracer?: Tra
     const span = started(input)
     const decision = await engine.begin(input)
     if (decision.kind === 'execute') owned(decision.execution, span)
-    else answered(decision, input, span)
+    else answered(decision, span)
     return decision
   }
 
@@ -132,7 +99,7 @@ export function instrumentEngine<Tx>(engine: Engine<Tx>, options: { tracer?: Tra
       },
       runOptions,
     )
-    if (result.kind !== 'executed') answered(result, input, span)
+    if (result.kind !== 'executed') answered(result, span)
     return result
   }
 

@@ -1,6 +1,7 @@
 import { Hono, type MiddlewareHandler } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
-import { isOncelyError } from '../index.js'
+import { routePath } from 'hono/route'
+import { isOncelyError, logKey } from '../index.js'
 import { isTransientPgError, sqlState, type PoolLike } from '../store/postgres/index.js'
 import { userFromAuthorization } from './auth.js'
 import { parseChargeInput } from './charge-input.js'
@@ -25,11 +26,15 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
     if (isOncelyError(error, 'ONCELY_LOCK_LOST')) {
       return problem({ type: 'idempotency-key-in-use', title: 'Idempotency-Key in use', status: 409, detail: 'another request took this operation over; retry later' }, { 'retry-after': '1' })
     }
+    const key = c.req.header('idempotency-key')
+    const fields = requestFields(c.req.method, routePath(c), c.get('userId'), key, error)
+    // The engine's messages quote the key: logged, it is its hash.
+    const text = (value: string) => (key === undefined || key === '' ? value : value.replaceAll(JSON.stringify(key), logKey(key)))
     if (await isUnavailable(error, deps.pool)) {
-      deps.log(`database unavailable: ${String(error)}`)
+      deps.log.warn(fields, text(`database unavailable: ${String(error)}`))
       return problem({ type: 'service-unavailable', title: 'Service unavailable', status: 503, detail: 'the database did not answer; retry with the same Idempotency-Key' }, { 'retry-after': '1' })
     }
-    deps.log(`internal error on ${c.req.method} ${c.req.path}: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`)
+    deps.log.error(fields, text(`internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`))
     return problem({ type: 'internal-error', title: 'Internal Server Error', status: 500, detail: 'the request failed unexpectedly' })
   })
   app.notFound((c) => problem({ type: 'not-found', title: 'Not Found', status: 404, detail: `no route for ${c.req.method} ${c.req.path}` }))
@@ -121,5 +126,16 @@ async function isUnavailable(error: unknown, pool: PoolLike): Promise<boolean> {
     return false
   } catch {
     return true
+  }
+}
+
+/** The fields of a log line about a request: never a header but the key, and that hashed. */
+function requestFields(method: string, route: string, userId: string | undefined, key: string | undefined, error: unknown): Record<string, string> {
+  const code = isOncelyError(error) ? error.code : sqlState(error)
+  return {
+    route: `${method} ${route}`,
+    ...(userId === undefined ? {} : { scope: userId }),
+    ...(key === undefined ? {} : { key: logKey(key) }),
+    ...(code === undefined ? {} : { code }),
   }
 }

@@ -1,4 +1,4 @@
-import type { Engine } from '../index.js'
+import type { Engine, Logger } from '../index.js'
 import type { IdempotencyEnv } from '../adapters/hono.js'
 import type { OncelyMetrics } from '../ops/metrics.js'
 import type { PoolLike, Queryable } from '../store/postgres/index.js'
@@ -21,7 +21,8 @@ export interface ServiceDeps {
   outbox: Outbox
   /** Sends the customer's receipt, at most once per charge. */
   sendReceipt: ReceiptSender
-  log: (line: string) => void
+  /** Structured: lines about a request carry its route, scope, hashed key and code as fields. */
+  log: Logger
 }
 
 /** The Hono environment of the service: the user, the validated body, the crash point asked for. */

@@ -2,7 +2,7 @@ import { createOutbox, outboxBacklog } from '../outbox/index.js'
 import type { Hono, MiddlewareHandler } from 'hono'
 import { createConsole } from '../ops/console/console-handler.js'
 import { createMetrics, type OncelyMetrics, type RequestOutcomeEvent } from '../ops/metrics.js'
-import { fingerprintRequest } from '../index.js'
+import { fingerprintRequest, type LogOption } from '../index.js'
 import type { Engine } from '../engine/engine.js'
 import { reconcileStuckClaims, type ReconcileReport } from '../ops/reconciler.js'
 import { startReconciler, type ReconcilerLoop } from '../ops/reconciler-loop.js'
@@ -18,7 +18,7 @@ export const CHARGES_ROUTE = 'POST /v1/charges'
  * The service's metrics: every outcome is on `POST /v1/charges`, so the route is added here, and
  * the running-claims gauges read the service's own pool.
  */
-export function createServiceMetrics(options: { pool: PoolLike; store: PostgresStore; config: Readonly<ServiceConfig>; log: (line: string) => void }): OncelyMetrics {
+export function createServiceMetrics(options: { pool: PoolLike; store: PostgresStore; config: Readonly<ServiceConfig>; log: LogOption }): OncelyMetrics {
   const { pool, store, config, log } = options
   // The outbox gauges read the relay's backlog at each scrape (events waiting, oldest age).
   const outbox = {
@@ -53,7 +53,7 @@ export function startServiceReconciler(options: {
   config: Readonly<ServiceConfig>
   providerUrl: string
   metrics: OncelyMetrics
-  log: (line: string) => void
+  log: LogOption
 }): { reconciler: ReconcilerLoop | undefined; runOnce: () => Promise<ReconcileReport[]> } {
   const { engine, pool, config, providerUrl, metrics, log } = options
   const reconcileOptions = {
@@ -78,7 +78,7 @@ const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '::1'])
  */
 export function mountServiceConsole(
   app: Hono<ServiceEnv>,
-  options: { pool: PoolLike; config: Readonly<ServiceConfig>; metrics: OncelyMetrics; reconcile: () => Promise<ReconcileReport[]>; log: (line: string) => void },
+  options: { pool: PoolLike; config: Readonly<ServiceConfig>; metrics: OncelyMetrics; reconcile: () => Promise<ReconcileReport[]>; log: LogOption },
 ): void {
   const { pool, config, metrics, reconcile, log } = options
   const operatorConsole = createConsole({

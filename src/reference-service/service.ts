@@ -3,7 +3,7 @@ import path from 'node:path'
 import { serve } from '@hono/node-server'
 import pg from 'pg'
 import { collectDefaultMetrics } from 'prom-client'
-import { createEngine } from '../index.js'
+import { createEngine, resolveLogger, type LogOption } from '../index.js'
 import { createPostgresStore, migrate, withTransaction, type Queryable } from '../store/postgres/index.js'
 import { createServiceApp } from './app.js'
 import { storeWithCache } from './cache.js'
@@ -30,9 +30,15 @@ export interface RunningService {
 
 /**
  * Starts the reference service: database (embedded when no URL), migrations, provider (a child
- * when no URL), then the API. Prints the ready line when it accepts requests.
+ * when no URL), then the API. Prints the ready line when it accepts requests. `logOption` is a
+ * pino-style logger (`info/warn/error(fields, message)`; lines about a request carry `route`,
+ * `scope`, `key` hashed, `code` and `instance` as fields) or a line function.
  */
-export async function startService(config: Readonly<ServiceConfig>, log: (line: string) => void = (line) => process.stderr.write(`${line}\n`)): Promise<RunningService> {
+export async function startService(config: Readonly<ServiceConfig>, logOption: LogOption = (line) => process.stderr.write(`${line}\n`)): Promise<RunningService> {
+  const logger = resolveLogger(logOption)
+  // The parts that write plain lines (the database, the provider, the cache, the relay).
+  const log = (line: string) => logger.info({}, line)
+  const warn = (line: string) => logger.warn({}, line)
   // `adopted`: left by a service that died; a start that fails leaves it as it found it.
   const cleanups: Array<{ stop: () => Promise<void>; adopted?: boolean }> = []
   const stopAll = async (options: { failedStart?: boolean } = {}) => {
@@ -41,7 +47,7 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
       try {
         await cleanup.stop()
       } catch (error) {
-        log(`while stopping: ${String(error)}`)
+        warn(`while stopping: ${String(error)}`)
       }
     }
   }
@@ -66,7 +72,7 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
     }
     const pool = new pg.Pool({ connectionString: database.url, ...SERVICE_POOL_SETTINGS })
     // An idle connection the server drops must not take the process down.
-    pool.on('error', (error) => log(`database connection lost: ${error.message}`))
+    pool.on('error', (error) => warn(`database connection lost: ${error.message}`))
     // Nor one checked out between two statements of a transaction: pg emits the socket's error on
     // the client, and a client out of the pool has no listener of the pool's.
     pool.on('connect', (client) => client.on('error', () => {}))
@@ -83,11 +89,11 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
     }
     await claim?.publish(record)
 
-    const cached = await storeWithCache(config, createPostgresStore({ pool, schema: config.schema }), log)
+    const cached = await storeWithCache(config, createPostgresStore({ pool, schema: config.schema }), warn)
     cleanups.push({ stop: () => cached.close() })
     const store = cached.store
     const engine = createEngine<Queryable>({ store, ttlMs: config.ttlMs, staleAfterMs: config.staleAfterMs })
-    const metrics = createServiceMetrics({ pool, store, config, log })
+    const metrics = createServiceMetrics({ pool, store, config, log: logger })
     collectDefaultMetrics({ register: metrics.registry })
     const providerClient = createProviderClient(provider.url, { timeoutMs: 30_000 + config.providerLatencyMs })
     cleanups.push({ stop: async () => providerClient.close() })
@@ -100,15 +106,15 @@ export async function startService(config: Readonly<ServiceConfig>, log: (line: 
       strategy: config.strategy,
       outbox: createOutbox({ schema: config.schema, notify: config.outboxNotify }),
       sendReceipt: createReceiptSender(provider.url, { timeoutMs: 10_000 }),
-      log,
+      log: logger,
     })
     if (config.relay) {
       const events = await startEventRelay({ pool, config, log })
       cleanups.push({ stop: () => events.stop() })
     }
-    const operations = startServiceReconciler({ engine, pool, config, providerUrl: provider.url, metrics, log })
+    const operations = startServiceReconciler({ engine, pool, config, providerUrl: provider.url, metrics, log: logger })
     cleanups.push({ stop: async () => operations.reconciler?.stop() })
-    mountServiceConsole(app, { pool, config, metrics, reconcile: operations.runOnce, log })
+    mountServiceConsole(app, { pool, config, metrics, reconcile: operations.runOnce, log: logger })
     const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
       const started = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, () => resolve(started))
       started.once('error', reject)

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { OutcomeEvent } from '../../src/adapters/http.js'
 import { createEngine, type Engine } from '../../src/engine/engine.js'
 import { isOncelyError } from '../../src/errors.js'
+import { logKey } from '../../src/ops/logger.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import pg from 'pg'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
@@ -517,6 +518,45 @@ export function conformanceSuite(harness: AdapterHarness): void {
         expect(body).toMatchObject({ type: 'https://oncely.dev/problems/outcome-not-recorded', retryable: false })
         expect(lines.some((line) => line.includes('ONCELY_OUTCOME_NOT_RECORDED') && line.includes(body.instance))).toBe(true)
       })
+    })
+
+    it('logs a pino-style logger scope, hashed key, route, code and instance as fields, a line function the same as text, and never the key, the Authorization header or a cookie', async () => {
+      const taken = `ch_${randomUUID()}`
+      await db.pool.query('INSERT INTO adapter_charges (id) VALUES ($1)', [taken])
+      const charges = counted('POST', '/v1/charges', async ({ idempotency }) => {
+        await idempotency!.execution.step('charge', () => ({ id: taken }))
+        idempotency!.writeOnCompletion(async (tx) => {
+          await tx.query({ text: 'INSERT INTO adapter_charges (id) VALUES ($1)', values: [taken] })
+        })
+        return json(201, { id: taken })
+      })
+      const secrets = { authorization: 'Bearer demo_77', cookie: 'session=cookie-secret-7f3a; theme=dark' }
+      const records: Array<{ level: string; fields: Record<string, unknown>; message: string }> = []
+      const record = (level: string) => (fields: Record<string, unknown>, message: string) => void records.push({ level, fields, message })
+      const logger = { info: record('info'), warn: record('warn'), error: record('error') }
+      const lines: string[] = []
+      for (const log of [logger, (line: string) => void lines.push(line)]) {
+        await withApp({ log }, [charges], async (app) => {
+          // A key that is itself a secret (some clients use a token as the key): never logged as is.
+          const key = `tok_${randomUUID()}`
+          const response = await app.request(post('/v1/charges', key, { amount: 1 }, secrets))
+          expect(response.status).toBe(500)
+          const { instance } = problemOf(response)
+          const logged = log === logger ? JSON.stringify(records) : lines.join('\n')
+          for (const secret of [key, 'demo_77', 'Bearer', 'cookie-secret-7f3a', 'theme=dark']) expect(logged).not.toContain(secret)
+          if (log === logger) {
+            expect(records.find((r) => r.fields.code === 'ONCELY_OUTCOME_NOT_RECORDED')).toMatchObject({
+              level: 'error',
+              fields: { scope: '77', key: logKey(key), route: 'POST /v1/charges', code: 'ONCELY_OUTCOME_NOT_RECORDED', instance },
+            })
+            expect(logKey(key)).toMatch(/^[0-9a-f]{16}$/)
+          } else {
+            expect(lines.find((line) => line.includes(instance))).toMatch(
+              new RegExp(`^error: oncely: .* route="POST /v1/charges" scope=77 key=${logKey(key)} code=ONCELY_OUTCOME_NOT_RECORDED instance=${instance}$`),
+            )
+          }
+        })
+      }
     })
 
     it('answers 503 with Retry-After while the database is away, at the claim and at the completion', async () => {

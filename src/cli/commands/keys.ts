@@ -5,13 +5,14 @@ import { releaseKey } from '../../ops/release-key.js'
 import { EXIT, UsageError, type Command } from '../command.js'
 import { DATABASE_FLAGS, DATABASE_HELP, openDatabase } from '../database.js'
 import { formatAge, OPS_FLAGS, OPS_HELP, staleAfterFrom, writeJson } from '../ops-output.js'
+import { openRedisEviction, REDIS_FLAGS, REDIS_HELP, redisUrlFrom, type RedisEviction } from '../redis-eviction.js'
 
 export const command: Command = {
   name: 'keys',
   summary: 'list, show and release idempotency keys',
   help: `usage: oncely keys list [--stuck] [--user U] [--limit N] [--json]
        oncely keys show USER KEY [--json]
-       oncely keys release USER KEY [--force] [--json]
+       oncely keys release USER KEY [--force] [--redis-url URL] [--json]
 
 list     keys, stuck and suspended claims first (oldest lease first), then the newest
 show     one key: state, fingerprint, recovery point, step results with the provider key each
@@ -21,20 +22,23 @@ release  deletes a key so that the next request with it runs as a NEW operation.
          suspension, a stored outcome, an owner that died mid-way) unless --force, and then
          prints the provider keys the claim used: check them at the provider first, or prefer
          'oncely reconcile', which looks the outcome up. Writes one audit line to stderr.
+         With a Redis cache in front (--redis-url or REDIS_URL), evicts the key from it.
 
   --stuck              only claims that are stuck or suspended
   --user U             only this user's keys
   --limit N            at most N keys (default 100)
   --force              release a claim that may have acted
+${REDIS_HELP}
 ${OPS_HELP}
 ${DATABASE_HELP}
 
-exit codes: 0 done, 1 no such key, or the release was refused, or the database failed,
-2 bad usage or no database`,
+exit codes: 0 done, 1 no such key, or the release was refused, or the database failed, or
+the key was released but the Redis cache could not be reached to evict it, 2 bad usage or
+no database`,
   async run(argv) {
     const { values, positionals } = parseArgs({
       args: argv,
-      options: { ...DATABASE_FLAGS, ...OPS_FLAGS, stuck: { type: 'boolean' }, user: { type: 'string' }, limit: { type: 'string' }, force: { type: 'boolean' } },
+      options: { ...DATABASE_FLAGS, ...OPS_FLAGS, ...REDIS_FLAGS, stuck: { type: 'boolean' }, user: { type: 'string' }, limit: { type: 'string' }, force: { type: 'boolean' } },
       allowPositionals: true,
       strict: true,
     })
@@ -45,8 +49,10 @@ exit codes: 0 done, 1 no such key, or the release was refused, or the database f
     const staleAfterMs = staleAfterFrom(values)
     const limit = values.limit === undefined ? 100 : Number(values.limit)
     if (!Number.isSafeInteger(limit) || limit <= 0) throw new UsageError(`--limit must be a positive integer, got ${JSON.stringify(values.limit)}`)
+    const redisUrl = action === 'release' ? redisUrlFrom(values) : undefined
     const { pool, schema } = openDatabase(values)
     const target = { pool, schema }
+    let cache: RedisEviction | undefined
     try {
       if (action === 'list') {
         const keys = await listKeys(target, { stuck: values.stuck === true, staleAfterMs, limit, ...(values.user === undefined ? {} : { scope: values.user }) })
@@ -66,21 +72,32 @@ exit codes: 0 done, 1 no such key, or the release was refused, or the database f
         else process.stdout.write(showText(details))
         return EXIT.ok
       }
+      if (redisUrl !== undefined) cache = await openRedisEviction(redisUrl, schema)
       const result = await releaseKey(target, {
         scope,
         key: name,
         force: values.force === true,
         staleAfterMs,
         log: (line) => process.stderr.write(`${line}\n`),
+        ...(cache === undefined ? {} : { cache }),
       })
-      if (values.json) writeJson(result)
-      else if (result.released) process.stdout.write(`${result.detail}\n${providerKeyLines(result.key)}`)
+      // Invariant 10 holds only once the entry is gone: until then it replays the old outcome.
+      const evictedFrom = result.released && cache !== undefined ? { evicted: cache.evicted, entry: cache.entryName(scope, name) } : undefined
+      if (values.json) writeJson(evictedFrom === undefined ? result : { ...result, cache: evictedFrom })
+      else if (result.released) process.stdout.write(`${result.detail}\n${evictedFrom?.evicted ? 'evicted from the Redis cache\n' : ''}${providerKeyLines(result.key)}`)
       else process.stdout.write(`not released: ${result.detail}\n${'key' in result ? providerKeyLines(result.key) : ''}`)
+      if (evictedFrom?.evicted === false) {
+        process.stderr.write(
+          `oncely keys: released in PostgreSQL, but not evicted from the Redis cache: its entry may replay the old answer until it expires. Delete the Redis key ${JSON.stringify(evictedFrom.entry)} by hand\n`,
+        )
+        return EXIT.failure
+      }
       return result.released ? EXIT.ok : EXIT.failure
     } catch (error) {
       process.stderr.write(`oncely keys: ${(error as Error).message}\n`)
       return EXIT.failure
     } finally {
+      await cache?.close()
       await pool.end()
     }
   },

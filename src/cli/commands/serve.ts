@@ -22,6 +22,10 @@ flags (each overrides the environment variable named after it):
   --provider-latency-ms N     PROVIDER_LATENCY_MS         (default: 0)
   --stale-after-ms N          IDEMPOTENCY_STALE_AFTER_MS  (default: 90000)
   --ttl-ms N                  IDEMPOTENCY_TTL_MS          (default: 86400000)
+  --reconcile-after-ms N      RECONCILE_AFTER_MS: a claim not renewed for this
+                              long is settled by the in-process reconciler,
+                              every N/2 ms; 0 turns it off; at least the stale
+                              threshold                   (default: 2 × stale)
   --strategy NAME             IDEMPOTENCY_STRATEGY: atomic-phases (default),
                               select-for-update or claim-in-transaction (the
                               article's broken designs, never for production),
@@ -48,6 +52,7 @@ const FLAGS: Record<string, keyof typeof ENV> = {
   'provider-latency-ms': 'providerLatencyMs',
   'stale-after-ms': 'staleAfterMs',
   'ttl-ms': 'ttlMs',
+  'reconcile-after-ms': 'reconcileAfterMs',
   strategy: 'strategy',
   'redis-url': 'redisUrl',
 }

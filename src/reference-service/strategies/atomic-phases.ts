@@ -8,6 +8,8 @@ import { chargeFrom, declined, providerMetadata, providerUnavailable } from '../
 import { insertCharge } from '../sql.js'
 import { chargeSucceededEvent } from '../events.js'
 import { isOncelyError } from '../../errors.js'
+import { logKey } from '../../index.js'
+import { CHARGES_ROUTE } from '../operations.js'
 
 /**
  * oncely's design, on the public API only: the adapter claims the key in its own committed
@@ -65,7 +67,7 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
       )
       .catch((error: unknown) => {
         if (isOncelyError(error)) throw error
-        deps.log(`receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
+        deps.log.warn({ route: CHARGES_ROUTE, scope: userId, key: logKey(execution.key) }, `receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
       })
     // Invariant 8: the event commits with the charge row and the completion, or not at all. Sent
     // without awaiting each other, so on the pipelining pool they leave in one round trip.

@@ -4,6 +4,7 @@ import { ProviderUnavailableError } from '../provider-client.js'
 import { chargeFrom, declined, providerMetadata, providerUnavailable } from '../responses.js'
 import { insertCharge } from '../sql.js'
 import { chargeSucceededEvent } from '../events.js'
+import { CHARGES_ROUTE } from '../operations.js'
 import { withTransaction } from '../../store/postgres/index.js'
 
 /**
@@ -27,7 +28,7 @@ export function noneRoute(deps: ServiceDeps): Handler<ServiceEnv> {
     if (result.outcome === 'declined') return declined(result)
     const charge = chargeFrom(input, result)
     await deps.sendReceipt({ customer: input.customer, charge }).catch((error: unknown) => {
-      deps.log(`receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
+      deps.log.warn({ route: CHARGES_ROUTE, scope: userId }, `receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
     })
     // Written as atomic-phases writes them, without a completion: sent together on the pipelining pool.
     await withTransaction(deps.pool, async (tx) => {

@@ -1,0 +1,28 @@
+import { logKey, type LogFields } from '../ops/logger.js'
+
+/**
+ * The fields of a guarded request's log lines: `route` (`METHOD /pattern`), and when known the
+ * `scope` and the `key` hashed with `logKey`. Never a header: no `Authorization`, no cookie.
+ */
+export function requestLogFields(request: { method: string; route: string; scope?: string | number | undefined; key?: string | undefined }): LogFields {
+  return {
+    route: `${request.method.toUpperCase()} ${request.route}`,
+    ...(request.scope === undefined ? {} : { scope: String(request.scope) }),
+    ...(request.key === undefined ? {} : { key: logKey(request.key) }),
+  }
+}
+
+/** An error as text for a log line, with the raw key (the engine's messages quote it) replaced by its hash. */
+export function describeForLog(error: unknown, key: string | undefined): string {
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error)
+  if (key === undefined || key === '') return text
+  const quoted = text.replaceAll(JSON.stringify(key), logKey(key))
+  // Unquoted too, unless the key is so short that it would mangle ordinary words.
+  return key.length >= 8 ? quoted.replaceAll(key, logKey(key)) : quoted
+}
+
+/** `{ code }` when the error carries one (an `OncelyError`), else nothing. */
+export function codeOf(error: unknown): { code?: string } {
+  const code = typeof error === 'object' && error !== null && 'code' in error ? error.code : undefined
+  return typeof code === 'string' && code.startsWith('ONCELY_') ? { code } : {}
+}
