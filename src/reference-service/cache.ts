@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { createRedisCache, withRedisCache } from '../redis/index.js'
+import type { EvictableCache } from '../ops/release-key.js'
 import type { PostgresStore } from '../store/postgres/index.js'
 import type { ServiceConfig } from './config.js'
 
@@ -12,7 +13,7 @@ export async function storeWithCache(
   config: Readonly<ServiceConfig>,
   store: PostgresStore,
   log: (line: string) => void,
-): Promise<{ store: PostgresStore; close(): Promise<void> }> {
+): Promise<{ store: PostgresStore; cache?: EvictableCache; close(): Promise<void> }> {
   if (config.redisUrl === undefined) return { store, close: async () => {} }
   const { Redis } = await import('ioredis')
   const redis = new Redis(config.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: (attempt) => Math.min(attempt * 100, 2000) })
@@ -32,5 +33,5 @@ export async function storeWithCache(
     staleAfterMs: config.staleAfterMs,
     onError,
   })
-  return { store: withRedisCache(store, cache), close: async () => void redis.disconnect() }
+  return { store: withRedisCache(store, cache), cache, close: async () => void redis.disconnect() }
 }

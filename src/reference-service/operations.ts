@@ -5,6 +5,7 @@ import { createMetrics, type OncelyMetrics, type RequestOutcomeEvent } from '../
 import { fingerprintRequest, type LogOption } from '../index.js'
 import type { Engine } from '../engine/engine.js'
 import { reconcileStuckClaims, type ReconcileReport } from '../ops/reconciler.js'
+import type { EvictableCache } from '../ops/release-key.js'
 import { startReconciler, type ReconcilerLoop } from '../ops/reconciler-loop.js'
 import type { PoolLike, PostgresStore, Queryable } from '../store/postgres/index.js'
 import { chargeReconcileHook } from './charge-reconcile-hook.js'
@@ -78,9 +79,9 @@ const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '::1'])
  */
 export function mountServiceConsole(
   app: Hono<ServiceEnv>,
-  options: { pool: PoolLike; config: Readonly<ServiceConfig>; metrics: OncelyMetrics; reconcile: () => Promise<ReconcileReport[]>; log: LogOption },
+  options: { pool: PoolLike; config: Readonly<ServiceConfig>; metrics: OncelyMetrics; reconcile: () => Promise<ReconcileReport[]>; log: LogOption; cache?: EvictableCache | undefined },
 ): void {
-  const { pool, config, metrics, reconcile, log } = options
+  const { pool, config, metrics, reconcile, log, cache } = options
   const operatorConsole = createConsole({
     database: { pool, schema: config.schema },
     staleAfterMs: config.staleAfterMs,
@@ -89,6 +90,8 @@ export function mountServiceConsole(
     outcomeTotals: metrics.outcomeTotals,
     reconcile,
     log,
+    // A key released from the page must not replay the cache's answer (issue 10).
+    ...(cache === undefined ? {} : { cache }),
   })
   app.all('/console', (c) => operatorConsole.fetch(c.req.raw))
   app.all('/console/*', (c) => operatorConsole.fetch(c.req.raw))

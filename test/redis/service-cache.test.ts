@@ -63,6 +63,25 @@ describe.skipIf(!availability.run)('the reference service with REDIS_URL', () =>
     expect(await providerCharges(provider.url, id)).toHaveLength(1)
   })
 
+  it('a key released from the console is evicted: the next request runs as new, never a cached replay', async () => {
+    const id = user()
+    const first = await post(service.url, { user: id, key: 'console-1' })
+    expect((await post(service.url, { user: id, key: 'console-1' })).headers.get('idempotent-replayed')).toBe('true')
+    const page = await (await fetch(`${service.url}/console`)).text()
+    const csrf = /name="oncely-csrf" content="([^"]+)"/.exec(page)?.[1] ?? ''
+    const released = await fetch(`${service.url}/console/api/release`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-csrf-token': csrf, origin: new URL(service.url).origin },
+      body: JSON.stringify({ user: id, key: 'console-1', force: true }),
+    })
+    expect(released.status).toBe(200)
+    const after = await post(service.url, { user: id, key: 'console-1' })
+    expect(after.status).toBe(201)
+    expect(after.headers.get('idempotent-replayed')).toBeNull()
+    expect(after.text).not.toBe(first.text)
+    expect(await providerCharges(provider.url, id)).toHaveLength(2)
+  })
+
   it('Redis stopped mid-run: the same answers, from PostgreSQL', async () => {
     const id = user()
     const first = await post(service.url, { user: id, key: 's-1' })

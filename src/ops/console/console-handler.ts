@@ -5,7 +5,7 @@ import { keyStats } from '../key-stats.js'
 import { inspectKey, listKeys } from '../keys.js'
 import { resolveLogger, type LogOption } from '../logger.js'
 import type { ReconcileReport } from '../reconciler.js'
-import { releaseKey } from '../release-key.js'
+import { releaseKey, type EvictableCache } from '../release-key.js'
 import { consolePage, loginPage } from './console-page.js'
 import { CONSOLE_SCRIPT } from './console-script.js'
 
@@ -30,6 +30,11 @@ export interface ConsoleOptions {
   reconcile?: () => Promise<ReconcileReport[]>
   /** Where audit lines go: a pino-style logger or a line function. (Default: `console.warn`) */
   log?: LogOption
+  /**
+   * The cache in front of the store (such as the Redis cache), evicted when the page releases a
+   * key, so a released key never replays a cached answer. (Default: none)
+   */
+  cache?: EvictableCache
 }
 
 export interface OperatorConsole {
@@ -99,7 +104,7 @@ export function createConsole(options: ConsoleOptions): OperatorConsole {
     const body = (await request.json().catch(() => ({}))) as { user?: unknown; key?: unknown; force?: unknown }
     if (path === '/api/release') {
       if (typeof body.user !== 'string' || typeof body.key !== 'string') return problem(400, 'send JSON { "user": "…", "key": "…" }')
-      const result = await releaseKey(database, { scope: body.user, key: body.key, force: body.force === true, staleAfterMs, actor: `console ${request.headers.get('x-forwarded-for') ?? 'local'}`, log })
+      const result = await releaseKey(database, { scope: body.user, key: body.key, force: body.force === true, staleAfterMs, actor: `console ${request.headers.get('x-forwarded-for') ?? 'local'}`, log, ...(options.cache === undefined ? {} : { cache: options.cache }) })
       return json(result, result.released ? 200 : 409)
     }
     if (path === '/api/reconcile') {
