@@ -13,8 +13,8 @@ export function invalid(name: string, rule: string, value: unknown): OncelyError
  * For a value that must never appear in a message (a header value, a URL that may hold
  * credentials): the message keeps its shape and says what was given instead of showing it.
  */
-export function invalidHidden(name: string, rule: string, description: string): OncelyError {
-  return new OncelyError('ONCELY_INVALID_OPTION', `option ${name} ${rule}; got ${description}`)
+export function invalidHidden(name: string, rule: string, description: string, options?: { cause?: unknown }): OncelyError {
+  return new OncelyError('ONCELY_INVALID_OPTION', `option ${name} ${rule}; got ${description}`, options)
 }
 
 export function positiveInteger(name: string, value: unknown): number {
