@@ -1,4 +1,4 @@
-import { invalid, positiveInteger } from '../engine/options.js'
+import { invalid, positiveInteger } from '../option-validation.js'
 import type { PoolLike } from '../store/postgres/executor.js'
 import { DEFAULT_SCHEMA } from '../store/postgres/schema-name.js'
 import type { Publisher } from './publisher.js'

@@ -1,4 +1,5 @@
-import { DEFAULT_STALE_AFTER_MS, invalid, positiveInteger } from '../engine/options.js'
+import { DEFAULT_STALE_AFTER_MS } from '../engine/options.js'
+import { invalid, positiveInteger } from '../option-validation.js'
 
 /** The commands the cache sends: an `ioredis` client has them. */
 export interface RedisLike {

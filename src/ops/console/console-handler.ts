@@ -1,5 +1,6 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
-import { DEFAULT_STALE_AFTER_MS, invalid, positiveInteger } from '../../engine/options.js'
+import { DEFAULT_STALE_AFTER_MS } from '../../engine/options.js'
+import { invalid, positiveInteger } from '../../option-validation.js'
 import type { AdminDatabase } from '../admin-database.js'
 import { keyStats } from '../key-stats.js'
 import { inspectKey, listKeys } from '../keys.js'

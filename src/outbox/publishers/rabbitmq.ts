@@ -1,6 +1,6 @@
 import type { ChannelModel, ConfirmChannel } from 'amqplib'
 import { OncelyError } from '../../errors.js'
-import { invalid, positiveInteger } from '../../engine/options.js'
+import { invalid, positiveInteger } from '../../option-validation.js'
 import type { Publisher } from '../publisher.js'
 
 export interface RabbitMqPublisherOptions {
