@@ -17,6 +17,17 @@ export function invalidHidden(name: string, rule: string, description: string, o
   return new OncelyError('ONCELY_INVALID_OPTION', `option ${name} ${rule}; got ${description}`, options)
 }
 
+/**
+ * What a value is, for one that may hold a secret (a connection string, a pool's or a client's
+ * configuration): its kind, never its content.
+ */
+export function describeKind(value: unknown): string {
+  if (value === null || value === undefined) return String(value)
+  if (typeof value === 'function') return 'a function'
+  if (Array.isArray(value)) return 'an array (not shown)'
+  return typeof value === 'object' ? 'an object (not shown)' : `a ${typeof value} (not shown)`
+}
+
 export function positiveInteger(name: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) throw invalid(name, 'must be a positive integer', value)
   return value

@@ -1,4 +1,4 @@
-import { invalidHidden } from '../option-validation.js'
+import { describeKind, invalidHidden } from '../option-validation.js'
 import { quoteIdentifier } from '../store/postgres/quote-identifier.js'
 import { buildClientKeyStatements, type ClientKeyRow } from '../store/postgres/statements-client-keys.js'
 import type { KeyStore, OperationOutcome, OperationRecord } from './key-store.js'
@@ -55,7 +55,7 @@ const PRUNE_BATCH = 500
  * ```
  */
 export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStoreOptions = {}): PostgresKeyStore {
-  if (typeof db?.query !== 'function') throw invalidHidden('db', 'must have a query(config) method, such as a pg.Pool', describeDb(db))
+  if (typeof db?.query !== 'function') throw invalidHidden('db', 'must have a query(config) method, such as a pg.Pool', describeKind(db))
   refuseOpenTransaction(db)
   const table = options.table ?? 'oncely_client_keys'
   const sql = buildClientKeyStatements(
@@ -108,12 +108,6 @@ function refuseOpenTransaction(db: KeyStoreQueryable): void {
       `a connection inside an open transaction (transaction status '${status}')`,
     )
   }
-}
-
-/** What was given instead of a pool, never shown: a connection string holds a password. */
-function describeDb(db: unknown): string {
-  if (db === null || db === undefined) return String(db)
-  return typeof db === 'object' ? 'an object without a query method' : `a ${typeof db} (not shown)`
 }
 
 function toRecord(row: ClientKeyRow): OperationRecord {

@@ -59,7 +59,7 @@ describe('a bad argument of a call is refused as `option NAME RULE; got VALUE`',
 describe("postgresKeyStore's db is refused in the same shape, and a connection string is never shown", () => {
   it.each([
     ['nothing', undefined, 'option db must have a query(config) method, such as a pg.Pool; got undefined'],
-    ['an object without query', {}, 'option db must have a query(config) method, such as a pg.Pool; got an object without a query method'],
+    ['an object without query', {}, 'option db must have a query(config) method, such as a pg.Pool; got an object (not shown)'],
     ['a connection string', 'postgres://app:s3cret@db/app', 'option db must have a query(config) method, such as a pg.Pool; got a string (not shown)'],
   ])('%s', (_name, db, message) => {
     expect(thrown(() => postgresKeyStore(db as unknown as KeyStoreQueryable))).toBe(message)
