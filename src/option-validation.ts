@@ -13,8 +13,19 @@ export function invalid(name: string, rule: string, value: unknown): OncelyError
  * For a value that must never appear in a message (a header value, a URL that may hold
  * credentials): the message keeps its shape and says what was given instead of showing it.
  */
-export function invalidHidden(name: string, rule: string, description: string): OncelyError {
-  return new OncelyError('ONCELY_INVALID_OPTION', `option ${name} ${rule}; got ${description}`)
+export function invalidHidden(name: string, rule: string, description: string, options?: { cause?: unknown }): OncelyError {
+  return new OncelyError('ONCELY_INVALID_OPTION', `option ${name} ${rule}; got ${description}`, options)
+}
+
+/**
+ * What a value is, for one that may hold a secret (a connection string, a pool's or a client's
+ * configuration): its kind, never its content.
+ */
+export function describeKind(value: unknown): string {
+  if (value === null || value === undefined) return String(value)
+  if (typeof value === 'function') return 'a function'
+  if (Array.isArray(value)) return 'an array (not shown)'
+  return typeof value === 'object' ? 'an object (not shown)' : `a ${typeof value} (not shown)`
 }
 
 export function positiveInteger(name: string, value: unknown): number {

@@ -1,4 +1,5 @@
 import { OncelyError } from '../errors.js'
+import { invalid } from '../option-validation.js'
 import { boundedWait } from './bounded-wait.js'
 import { ClientAbortedError } from './client-errors.js'
 import { fingerprintOf } from './fingerprint.js'
@@ -84,13 +85,13 @@ export function createClient(options: ClientOptions): OncelyClient {
     const keyed = !IDEMPOTENT_METHODS.has(verb)
     const { body, operationId, signal } = init
     if (operationId !== undefined && (typeof operationId !== 'string' || operationId.length === 0 || operationId.length > 1024)) {
-      throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: operationId must be a string of 1 to 1024 characters, got ${JSON.stringify(operationId)}`)
+      throw invalid('operationId', 'must be a string of 1 to 1024 characters', operationId)
     }
     if (operationId !== undefined && !keyed) {
-      throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: operationId is for requests that carry a key; ${verb} is idempotent and is retried without one`)
+      throw invalid('operationId', `must be left out of ${verb} requests, which are idempotent and retried without a key`, operationId)
     }
     if (signal !== undefined && !(signal instanceof AbortSignal)) {
-      throw new OncelyError('ONCELY_INVALID_OPTION', 'oncely client: signal must be an AbortSignal')
+      throw invalid('signal', 'must be an AbortSignal', signal)
     }
     const headers = new Headers(resolved.headers)
     for (const [name, value] of Object.entries(resolveHeaders('call headers', init.headers ?? {}))) headers.set(name, value)
@@ -180,14 +181,14 @@ function definedBody(body: RequestBody | undefined): { body?: RequestBody } {
 
 function resolveMethod(method: unknown): string {
   if (typeof method !== 'string' || !/^[A-Za-z]+$/.test(method)) {
-    throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: method must be an HTTP method name, got ${JSON.stringify(method)}`)
+    throw invalid('method', 'must be an HTTP method name (letters only)', method)
   }
   return method.toUpperCase()
 }
 
 function resolveUrl(baseUrl: string, path: unknown): string {
   if (typeof path !== 'string' || !path.startsWith('/')) {
-    throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: path must start with '/', got ${JSON.stringify(path)}`)
+    throw invalid('path', "must start with '/'", path)
   }
   return baseUrl + path
 }

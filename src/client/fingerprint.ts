@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import canonicalize from 'canonicalize'
-import { OncelyError } from '../errors.js'
+import { invalidHidden } from '../option-validation.js'
 import { encodeBody, type FingerprintBody, type RequestBody } from './request-body.js'
 
 /**
@@ -33,6 +33,6 @@ export const requestFingerprint: typeof fingerprintOperation = fingerprintOperat
 /** The fingerprint of a body already rendered by `encodeBody`. */
 export function fingerprintOf(method: string, url: string, body: FingerprintBody): string {
   const rendered = canonicalize({ method: method.toUpperCase(), url, body })
-  if (rendered === undefined) throw new OncelyError('ONCELY_INVALID_OPTION', 'oncely client: the body cannot be rendered as canonical JSON')
+  if (rendered === undefined) throw invalidHidden('body', 'must be renderable as canonical JSON (RFC 8785)', 'data it cannot render')
   return createHash('sha256').update(rendered).digest('hex')
 }

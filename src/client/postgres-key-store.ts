@@ -1,4 +1,4 @@
-import { OncelyError } from '../errors.js'
+import { describeKind, invalidHidden } from '../option-validation.js'
 import { quoteIdentifier } from '../store/postgres/quote-identifier.js'
 import { buildClientKeyStatements, type ClientKeyRow } from '../store/postgres/statements-client-keys.js'
 import type { KeyStore, OperationOutcome, OperationRecord } from './key-store.js'
@@ -55,7 +55,7 @@ const PRUNE_BATCH = 500
  * ```
  */
 export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStoreOptions = {}): PostgresKeyStore {
-  if (typeof db?.query !== 'function') throw new OncelyError('ONCELY_INVALID_OPTION', 'postgresKeyStore: db must have a query(config) method, such as a pg.Pool')
+  if (typeof db?.query !== 'function') throw invalidHidden('db', 'must have a query(config) method, such as a pg.Pool', describeKind(db))
   refuseOpenTransaction(db)
   const table = options.table ?? 'oncely_client_keys'
   const sql = buildClientKeyStatements(
@@ -102,9 +102,10 @@ export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStor
 function refuseOpenTransaction(db: KeyStoreQueryable): void {
   const status = typeof db.getTransactionStatus === 'function' ? db.getTransactionStatus() : null
   if (status === 'T' || status === 'E') {
-    throw new OncelyError(
-      'ONCELY_INVALID_OPTION',
-      `postgresKeyStore: db is a connection inside an open transaction (transaction status '${status}'); a rollback would delete a key already sent. Pass a pg.Pool or a connection of its own.`,
+    throw invalidHidden(
+      'db',
+      'must be a pg.Pool or a connection of its own, never one inside an open transaction (a rollback would delete a key already sent)',
+      `a connection inside an open transaction (transaction status '${status}')`,
     )
   }
 }

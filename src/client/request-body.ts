@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { OncelyError } from '../errors.js'
+import { invalidHidden } from '../option-validation.js'
 
 /**
  * A request body:
@@ -54,13 +54,15 @@ export function encodeBody(body: RequestBody | undefined, contentType: string | 
     return { bytes, contentType: FORM_CONTENT_TYPE, fingerprint: bytesFingerprint(bytes) }
   }
   refuseUnsupported(body)
+  // A body is never shown in a message: it may hold a card number or a token.
   let text: string | undefined
   try {
     text = JSON.stringify(body)
   } catch (error) {
-    throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: body cannot be rendered as JSON (${error instanceof Error ? error.message : String(error)})`, { cause: error })
+    const reason = error instanceof Error ? error.message : String(error)
+    throw invalidHidden('body', 'must be renderable as JSON', `data JSON.stringify refuses (${reason})`, { cause: error })
   }
-  if (text === undefined) throw new OncelyError('ONCELY_INVALID_OPTION', 'oncely client: body cannot be rendered as JSON')
+  if (text === undefined) throw invalidHidden('body', 'must be renderable as JSON', 'data JSON.stringify renders as nothing')
   return { bytes: Buffer.from(text, 'utf8'), contentType: JSON_CONTENT_TYPE, fingerprint: { json: body } }
 }
 
@@ -86,7 +88,7 @@ function bytesFingerprint(bytes: Uint8Array): FingerprintBody {
 function refuseUnsupported(body: unknown): void {
   if (body === null || typeof body !== 'object') {
     if (typeof body === 'number' || typeof body === 'boolean' || body === null) return
-    throw new OncelyError('ONCELY_INVALID_OPTION', `oncely client: body must be a string, bytes, URLSearchParams or JSON data, got a ${typeof body}`)
+    throw invalidHidden('body', 'must be a string, bytes, URLSearchParams or JSON data', `a ${typeof body}`)
   }
   if (Array.isArray(body)) return
   const prototype: unknown = Object.getPrototypeOf(body)
@@ -99,8 +101,9 @@ function refuseUnsupported(body: unknown): void {
     Blob: "read it first: `new Uint8Array(await blob.arrayBuffer())`",
     File: "read it first: `new Uint8Array(await file.arrayBuffer())`",
   }
-  throw new OncelyError(
-    'ONCELY_INVALID_OPTION',
-    `oncely client: body must be a string, bytes, URLSearchParams or plain JSON data (an object, an array or a scalar), got a ${kind}${why[kind] ? `: ${why[kind]}` : ': it would be sent as JSON.stringify renders it, often {}'}`,
+  throw invalidHidden(
+    'body',
+    'must be a string, bytes, URLSearchParams or plain JSON data (an object, an array or a scalar)',
+    `a ${kind}${why[kind] ? `: ${why[kind]}` : ': it would be sent as JSON.stringify renders it, often {}'}`,
   )
 }

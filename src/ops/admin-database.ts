@@ -1,4 +1,4 @@
-import { OncelyError } from '../errors.js'
+import { describeKind, invalid, invalidHidden } from '../option-validation.js'
 import type { PoolLike, Queryable } from '../store/postgres/executor.js'
 import { DEFAULT_SCHEMA, quoteSchema } from '../store/postgres/schema-name.js'
 import { buildOpsStatements, statsTableName, type OpsStatements } from '../store/postgres/statements-ops.js'
@@ -24,8 +24,9 @@ const resolved = new WeakMap<PoolLike, Map<string, ResolvedAdminDatabase>>()
 
 /** Validates the target once per pool and schema, and builds its statements (docs/conventions.md, Shape). */
 export function resolveAdminDatabase(target: AdminDatabase): ResolvedAdminDatabase {
-  if (typeof target !== 'object' || target === null || typeof target.pool?.query !== 'function' || typeof target.pool.connect !== 'function') {
-    throw new OncelyError('ONCELY_INVALID_OPTION', 'option pool must have query() and connect(), like pg.Pool')
+  if (typeof target !== 'object' || target === null) throw invalid('options', 'must be an object { pool, schema? }', target)
+  if (typeof target.pool?.query !== 'function' || typeof target.pool.connect !== 'function') {
+    throw invalidHidden('pool', 'must have query() and connect(), like pg.Pool', describeKind(target.pool))
   }
   const schema = target.schema ?? DEFAULT_SCHEMA
   let bySchema = resolved.get(target.pool)

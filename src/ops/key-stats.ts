@@ -1,5 +1,6 @@
 import { OncelyError } from '../errors.js'
-import { DEFAULT_STALE_AFTER_MS, positiveInteger } from '../engine/options.js'
+import { DEFAULT_STALE_AFTER_MS } from '../engine/options.js'
+import { positiveInteger } from '../option-validation.js'
 import type { RunningClaimsRow, StatsRow } from '../store/postgres/statements-ops.js'
 import { resolveAdminDatabase, toNumber, type AdminDatabase } from './admin-database.js'
 

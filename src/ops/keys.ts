@@ -1,4 +1,5 @@
-import { DEFAULT_STALE_AFTER_MS, positiveInteger } from '../engine/options.js'
+import { DEFAULT_STALE_AFTER_MS } from '../engine/options.js'
+import { positiveInteger } from '../option-validation.js'
 import { deriveStepKey } from '../engine/phases.js'
 import type { KeyDetailRow, KeyRow } from '../store/postgres/statements-ops.js'
 import { resolveAdminDatabase, toNumber, type AdminDatabase } from './admin-database.js'

@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client'
-import { DEFAULT_STALE_AFTER_MS, invalid, positiveInteger } from '../engine/options.js'
+import { DEFAULT_STALE_AFTER_MS } from '../engine/options.js'
+import { invalid, positiveInteger } from '../option-validation.js'
 import type { AdminDatabase } from './admin-database.js'
 import { countRunningClaims, type RunningClaims } from './key-stats.js'
 import { logKey, resolveLogger, type LogOption } from './logger.js'

@@ -1,4 +1,4 @@
-import { positiveInteger } from '../engine/options.js'
+import { positiveInteger } from '../option-validation.js'
 import { resolveLogger } from './logger.js'
 import { reconcileStuckClaims, resolveReconcileOptions, type ReconcileOptions, type ReconcileReport } from './reconciler.js'
 

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { Engine } from '../engine/engine.js'
-import { invalid, positiveInteger } from '../engine/options.js'
+import { invalid, positiveInteger } from '../option-validation.js'
 import { deriveStepKey } from '../engine/phases.js'
 import type { Fence } from '../engine/store.js'
 import type { StoredResponse } from '../engine/types.js'

@@ -1,5 +1,6 @@
 import { hostname, userInfo } from 'node:os'
-import { DEFAULT_STALE_AFTER_MS, positiveInteger } from '../engine/options.js'
+import { DEFAULT_STALE_AFTER_MS } from '../engine/options.js'
+import { positiveInteger } from '../option-validation.js'
 import { resolveAdminDatabase, type AdminDatabase } from './admin-database.js'
 import { detailsOf, readKeyRow, type KeyDetails } from './keys.js'
 import { logKey, resolveLogger, type LogOption } from './logger.js'

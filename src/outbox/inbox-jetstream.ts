@@ -1,5 +1,5 @@
 import type { NatsConnection } from '@nats-io/transport-node'
-import { invalid, positiveInteger } from '../engine/options.js'
+import { invalid, positiveInteger } from '../option-validation.js'
 import { withTransaction, type PoolLike, type Queryable } from '../store/postgres/executor.js'
 import { parseEnvelope, type EventEnvelope } from './envelope.js'
 import { createOutbox } from './outbox.js'

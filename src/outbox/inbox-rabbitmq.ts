@@ -1,5 +1,5 @@
 import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib'
-import { invalid, positiveInteger } from '../engine/options.js'
+import { invalid, positiveInteger } from '../option-validation.js'
 import { withTransaction, type PoolLike, type Queryable } from '../store/postgres/executor.js'
 import { bind } from '../store/postgres/statements-outbox.js'
 import { parseEnvelope, type EventEnvelope } from './envelope.js'

@@ -1,4 +1,4 @@
-import { OncelyError } from '../errors.js'
+import { invalid } from '../option-validation.js'
 import type { Queryable } from '../store/postgres/executor.js'
 import { bind, type OutboxStatements } from '../store/postgres/statements-outbox.js'
 import { assertInTransaction } from './in-transaction.js'
@@ -15,9 +15,9 @@ export interface InboxEntry {
 export type ConsumeResult<T> = { applied: true; value: T } | { applied: false }
 
 export async function consumeOnce<T>(sql: OutboxStatements, tx: Queryable, entry: InboxEntry, handler: (tx: Queryable) => Promise<T> | T): Promise<ConsumeResult<T>> {
-  if (typeof entry !== 'object' || entry === null || typeof entry.consumer !== 'string' || entry.consumer.length === 0 || typeof entry.eventId !== 'string' || entry.eventId.length === 0) {
-    throw new OncelyError('ONCELY_INVALID_OPTION', 'consume needs { consumer, eventId }, two non-empty strings')
-  }
+  if (typeof entry !== 'object' || entry === null) throw invalid('entry', 'must be an object { consumer, eventId }', entry)
+  if (typeof entry.consumer !== 'string' || entry.consumer.length === 0) throw invalid('consumer', 'must be a non-empty string', entry.consumer)
+  if (typeof entry.eventId !== 'string' || entry.eventId.length === 0) throw invalid('eventId', 'must be a non-empty string', entry.eventId)
   await assertInTransaction(tx, sql, 'consume')
   // Invariant 13: the insert and the handler's writes commit together; a second delivery finds
   // the row (or waits on the first's uncommitted one) and runs nothing.

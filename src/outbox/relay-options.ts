@@ -1,4 +1,4 @@
-import { invalid, positiveInteger } from '../engine/options.js'
+import { describeKind, invalid, invalidHidden, positiveInteger } from '../option-validation.js'
 import type { PoolLike } from '../store/postgres/executor.js'
 import { DEFAULT_SCHEMA } from '../store/postgres/schema-name.js'
 import type { Publisher } from './publisher.js'
@@ -42,7 +42,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
   const { pool, publisher } = options
   if (typeof pool !== 'object' || pool === null || typeof pool.query !== 'function' || typeof pool.connect !== 'function') {
-    throw invalid('pool', 'must have query() and connect(), like pg.Pool', pool)
+    throw invalidHidden('pool', 'must have query() and connect(), like pg.Pool', describeKind(pool))
   }
   if (typeof publisher !== 'object' || publisher === null || typeof publisher.publish !== 'function' || typeof publisher.close !== 'function') {
     throw invalid('publisher', 'must be a Publisher: { name, publish(message), close() }', publisher)

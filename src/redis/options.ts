@@ -1,4 +1,5 @@
-import { DEFAULT_STALE_AFTER_MS, invalid, positiveInteger } from '../engine/options.js'
+import { DEFAULT_STALE_AFTER_MS } from '../engine/options.js'
+import { describeKind, invalid, invalidHidden, positiveInteger } from '../option-validation.js'
 
 /** The commands the cache sends: an `ioredis` client has them. */
 export interface RedisLike {
@@ -54,10 +55,14 @@ export function resolveRedisCacheOptions(options: RedisCacheOptions): Readonly<R
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
   const { redis } = options
   if (typeof redis !== 'object' || redis === null || typeof redis.get !== 'function' || typeof redis.set !== 'function') {
-    throw invalid('redis', 'must be a Redis client with get and set, such as an ioredis instance', redis)
+    // Described, not shown: a client's options, or a URL passed instead of one, hold a password.
+    throw invalidHidden('redis', 'must be a Redis client with get and set, such as an ioredis instance', describeKind(redis))
   }
   const secret = typeof options.secret === 'string' ? Buffer.from(options.secret, 'utf8') : options.secret
-  if (!(secret instanceof Uint8Array) || secret.byteLength < 16) throw invalid('secret', 'must be a string or bytes of at least 16 bytes', typeof options.secret)
+  if (!(secret instanceof Uint8Array) || secret.byteLength < 16) {
+    const given = secret instanceof Uint8Array ? `${secret.byteLength} bytes (not shown)` : describeKind(options.secret)
+    throw invalidHidden('secret', 'must be a string or bytes of at least 16 bytes', given)
+  }
   const namespace = options.namespace ?? 'oncely'
   const prefix = options.prefix ?? 'oncely:'
   if (typeof namespace !== 'string' || namespace === '') throw invalid('namespace', 'must be a non-empty string', namespace)

@@ -117,8 +117,20 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
   }
   if (config.providerUrl !== undefined) checkUrl(ENV.providerUrl, config.providerUrl)
   if (config.redisUrl !== undefined) checkUrl(ENV.redisUrl, config.redisUrl, ['redis:', 'rediss:'])
-  if (config.cacheSecret !== undefined && Buffer.byteLength(config.cacheSecret) < 16) throw new ConfigError(`${ENV.cacheSecret} must be at least 16 bytes`)
-  if (config.eventsUrl !== undefined && !/^(nats|amqps?):\/\/./.test(config.eventsUrl)) throw new ConfigError(`${ENV.eventsUrl} must be a nats:// or amqp:// URL`)
+  // Secrets are described, never shown.
+  if (config.cacheSecret !== undefined && Buffer.byteLength(config.cacheSecret) < 16) {
+    throw new ConfigError(`${ENV.cacheSecret} must be at least 16 bytes; got ${Buffer.byteLength(config.cacheSecret)} bytes (not shown)`)
+  }
+  if (config.consoleToken !== undefined && config.consoleToken.length < 16) {
+    throw new ConfigError(`${ENV.consoleToken} must be at least 16 characters; got ${config.consoleToken.length} characters (not shown)`)
+  }
+  if (config.eventsUrl !== undefined && !/^(nats|amqps?):\/\/./.test(config.eventsUrl)) {
+    throw new ConfigError(`${ENV.eventsUrl} must be a nats:// or amqp:// URL; got ${JSON.stringify(withoutCredentials(config.eventsUrl))}`)
+  }
+  // The engine's own check, said here in the variables' names before anything starts.
+  if (config.ttlMs <= config.staleAfterMs) {
+    throw new ConfigError(`${ENV.ttlMs} must be above ${ENV.staleAfterMs} (${config.staleAfterMs}); got ${config.ttlMs}`)
+  }
   // A lower threshold would let the reconciler take over a claim whose owner still renews it.
   if (config.reconcileAfterMs !== 0 && config.reconcileAfterMs < config.staleAfterMs) {
     throw new ConfigError(`${ENV.reconcileAfterMs} must be 0 or at least ${ENV.staleAfterMs} (${config.staleAfterMs}); got ${config.reconcileAfterMs}`)
@@ -148,8 +160,13 @@ function checkUrl(name: string, raw: string, protocols = ['http:', 'https:']): v
     const url = new URL(raw)
     if (!protocols.includes(url.protocol)) throw new Error('another protocol')
   } catch {
-    throw new ConfigError(`${name} must be a ${protocols.map((p) => p.slice(0, -1)).join(' or ')} URL; got ${JSON.stringify(raw)}`)
+    throw new ConfigError(`${name} must be a ${protocols.map((p) => p.slice(0, -1)).join(' or ')} URL; got ${JSON.stringify(withoutCredentials(raw))}`)
   }
+}
+
+/** A URL as a message shows it: a user and password become `***`. */
+function withoutCredentials(raw: string): string {
+  return raw.replace(/\/\/[^@/]*@/, '//***@')
 }
 
 function dropUndefined<T extends object>(value: T): Partial<T> {

@@ -233,7 +233,7 @@ describe('options', () => {
     expect(() => createPostgresStore({ pool: {} as never })).toThrow(/pool/)
     expect(() => createPostgresStore({ pool: db.pool, schema: '' })).toThrow(/schema/)
     expect(() => createPostgresStore({ pool: db.pool, statementTimeoutMs: 0 })).toThrow(/statementTimeoutMs/)
-    expect(() => createPostgresStore({ pool: db.pool, statementTimeoutMs: 1000, lockTimeoutMs: 1000 })).toThrow(/lockTimeoutMs \(1000\) must be below statementTimeoutMs \(1000\)/)
+    expect(() => createPostgresStore({ pool: db.pool, statementTimeoutMs: 1000, lockTimeoutMs: 1000 })).toThrow('option lockTimeoutMs must be below statementTimeoutMs (1000); got 1000')
   })
 
   it('resolved options are frozen', () => {

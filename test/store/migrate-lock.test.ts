@@ -86,12 +86,12 @@ describe('migrate: newer migrations', () => {
 
 describe('migrate: bad arguments', () => {
   const cases: Array<[string, unknown, RegExp]> = [
-    ['no options', undefined, /options object/],
-    ['no pool', {}, /^pool /],
-    ['a pool without connect()', { pool: { query: () => Promise.resolve({ rows: [], rowCount: 0 }) } }, /^pool /],
+    ['no options', undefined, /^option options /],
+    ['no pool', {}, /^option pool /],
+    ['a pool without connect()', { pool: { query: () => Promise.resolve({ rows: [], rowCount: 0 }) } }, /^option pool /],
     ['an empty schema', { schema: '' }, /^option schema /],
-    ['a zero lockTimeoutMs', { lockTimeoutMs: 0 }, /^lockTimeoutMs /],
-    ['a string timeoutMs', { timeoutMs: '5s' }, /^timeoutMs /],
+    ['a zero lockTimeoutMs', { lockTimeoutMs: 0 }, /^option lockTimeoutMs /],
+    ['a string timeoutMs', { timeoutMs: '5s' }, /^option timeoutMs /],
   ]
   for (const [name, options, message] of cases) {
     it(`${name}: ONCELY_INVALID_OPTION naming it, before any query`, async () => {

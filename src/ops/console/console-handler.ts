@@ -1,5 +1,6 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
-import { DEFAULT_STALE_AFTER_MS, invalid, positiveInteger } from '../../engine/options.js'
+import { DEFAULT_STALE_AFTER_MS } from '../../engine/options.js'
+import { invalid, invalidHidden, positiveInteger } from '../../option-validation.js'
 import type { AdminDatabase } from '../admin-database.js'
 import { keyStats } from '../key-stats.js'
 import { inspectKey, listKeys } from '../keys.js'
@@ -65,7 +66,7 @@ export function createConsole(options: ConsoleOptions): OperatorConsole {
   const basePath = (options.basePath ?? '/console').replace(/\/+$/, '')
   if (!basePath.startsWith('/')) throw invalid('basePath', 'must start with /', options.basePath)
   const token = options.token === undefined || options.token === '' ? undefined : options.token
-  if (token !== undefined && token.length < 16) throw invalid('token', 'must be at least 16 characters', '(hidden)')
+  if (token !== undefined && token.length < 16) throw invalidHidden('token', 'must be at least 16 characters', `${token.length} characters (not shown)`)
   const log = resolveLogger(options.log)
   const database = options.database
   const csrf = randomBytes(24).toString('base64url')

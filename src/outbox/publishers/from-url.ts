@@ -1,4 +1,4 @@
-import { invalid } from '../../engine/options.js'
+import { invalid } from '../../option-validation.js'
 import type { Publisher } from '../publisher.js'
 import { createJetStreamPublisher } from './jetstream.js'
 import { createLogPublisher } from './log.js'

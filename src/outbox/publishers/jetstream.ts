@@ -1,7 +1,7 @@
 import type { NatsConnection } from '@nats-io/transport-node'
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream'
 import { OncelyError } from '../../errors.js'
-import { invalid, positiveInteger } from '../../engine/options.js'
+import { invalid, positiveInteger } from '../../option-validation.js'
 import type { Publisher } from '../publisher.js'
 
 export interface JetStreamPublisherOptions {

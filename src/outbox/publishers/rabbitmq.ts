@@ -1,6 +1,6 @@
 import type { ChannelModel, ConfirmChannel } from 'amqplib'
 import { OncelyError } from '../../errors.js'
-import { invalid, positiveInteger } from '../../engine/options.js'
+import { invalid, positiveInteger } from '../../option-validation.js'
 import type { Publisher } from '../publisher.js'
 
 export interface RabbitMqPublisherOptions {
@@ -33,7 +33,10 @@ interface Session {
  */
 export function createRabbitMqPublisher(options: RabbitMqPublisherOptions): Publisher {
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
-  if (typeof options.url !== 'string' || !/^amqps?:\/\//.test(options.url)) throw invalid('url', 'must be an amqp:// or amqps:// URL', options.url)
+  if (typeof options.url !== 'string' || !/^amqps?:\/\//.test(options.url)) {
+    // A URL of another scheme may still carry credentials: shown without them.
+    throw invalid('url', 'must be an amqp:// or amqps:// URL', typeof options.url === 'string' ? options.url.replace(/\/\/[^@/]*@/, '//***@') : options.url)
+  }
   const exchange = options.exchange ?? 'oncely.events'
   const timeoutMs = positiveInteger('timeoutMs', options.timeoutMs ?? 5000)
   const where = redact(options.url)

@@ -1,4 +1,5 @@
 import { OncelyError } from '../../errors.js'
+import { describeKind, invalid, invalidHidden, positiveInteger } from '../../option-validation.js'
 import { withTransaction, type PoolLike, type Queryable } from './executor.js'
 import { MIGRATION_FILES } from './migration-files.js'
 import { SQLSTATE, sqlState } from './pg-errors.js'
@@ -154,24 +155,15 @@ export async function migrationSql(schema: string = DEFAULT_SCHEMA): Promise<str
 }
 
 function resolveMigrateOptions(options: Partial<MigrateOptions> | undefined): { pool: PoolLike; schema: string; quoted: string; lockTimeoutMs: number; timeoutMs: number } {
-  if (typeof options !== 'object' || options === null) {
-    throw new OncelyError('ONCELY_INVALID_OPTION', `migrate() takes an options object { pool, schema? }, got ${options === null ? 'null' : typeof options}`)
-  }
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object { pool, schema? }', options)
   const { pool } = options
   if (typeof pool !== 'object' || pool === null || typeof pool.query !== 'function' || typeof pool.connect !== 'function') {
-    throw new OncelyError('ONCELY_INVALID_OPTION', 'pool must be a pg-shaped pool with query() and connect() (a pg.Pool fits)')
+    // Described, not shown: a pool's configuration holds the database's password.
+    throw invalidHidden('pool', 'must have query() and connect(), like pg.Pool', describeKind(pool))
   }
   const schema = options.schema ?? DEFAULT_SCHEMA
   const quoted = quoteSchema(schema)
-  return { pool, schema, quoted, lockTimeoutMs: positiveInteger('lockTimeoutMs', options.lockTimeoutMs, 2000), timeoutMs: positiveInteger('timeoutMs', options.timeoutMs, 60_000) }
-}
-
-function positiveInteger(name: string, value: unknown, fallback: number): number {
-  if (value === undefined) return fallback
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) {
-    throw new OncelyError('ONCELY_INVALID_OPTION', `${name} must be a whole number of milliseconds of at least 1, got ${JSON.stringify(value)}`)
-  }
-  return value
+  return { pool, schema, quoted, lockTimeoutMs: positiveInteger('lockTimeoutMs', options.lockTimeoutMs ?? 2000), timeoutMs: positiveInteger('timeoutMs', options.timeoutMs ?? 60_000) }
 }
 
 function refuseBreaking(quoted: string, newer: AppliedMigrationRow[]): void {

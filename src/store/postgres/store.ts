@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
 import { OncelyError } from '../../errors.js'
+import { describeKind, invalid, invalidHidden, positiveInteger } from '../../option-validation.js'
 import type { CarriedPhases, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, TakeOverInput } from '../../engine/store.js'
 import type { ClaimAttempt, ClaimSnapshot, ClaimState } from '../../engine/types.js'
 import type { PoolLike, Queryable } from './executor.js'
@@ -64,16 +65,16 @@ const CLAIM_ATTEMPTS = 5
  * ```
  */
 export function createPostgresStore(options: PostgresStoreOptions): PostgresStore {
-  if (typeof options !== 'object' || options === null || typeof options.pool?.query !== 'function' || typeof options.pool.connect !== 'function') {
-    throw new OncelyError('ONCELY_INVALID_OPTION', 'pool must have query() and connect(), like pg.Pool')
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object { pool, schema? }', options)
+  if (typeof options.pool?.query !== 'function' || typeof options.pool.connect !== 'function') {
+    // Described, not shown: a pool's configuration holds the database's password.
+    throw invalidHidden('pool', 'must have query() and connect(), like pg.Pool', describeKind(options.pool))
   }
   const schema = options.schema ?? DEFAULT_SCHEMA
   const quoted = quoteSchema(schema)
-  const timeoutMs = timeoutOption('statementTimeoutMs', options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS)
-  const lockTimeoutMs = timeoutOption('lockTimeoutMs', options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS)
-  if (lockTimeoutMs >= timeoutMs) {
-    throw new OncelyError('ONCELY_INVALID_OPTION', `option lockTimeoutMs (${lockTimeoutMs}) must be below statementTimeoutMs (${timeoutMs})`)
-  }
+  const timeoutMs = positiveInteger('statementTimeoutMs', options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS)
+  const lockTimeoutMs = positiveInteger('lockTimeoutMs', options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS)
+  if (lockTimeoutMs >= timeoutMs) throw invalid('lockTimeoutMs', `must be below statementTimeoutMs (${timeoutMs})`, lockTimeoutMs)
   const prefix = options.preparedStatements === false ? undefined : `oncely_${createHash('sha256').update(quoted).digest('hex').slice(0, 8)}`
   const sql = buildStatements(quoted, prefix)
   const begin = sql.begin(timeoutMs, lockTimeoutMs)
@@ -163,13 +164,6 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       return result.rows[0]?.count ?? 0
     },
   })
-}
-
-function timeoutOption(name: string, value: unknown): number {
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
-    throw new OncelyError('ONCELY_INVALID_OPTION', `option ${name} must be a positive integer; got ${String(value)}`)
-  }
-  return value
 }
 
 function completionValues(outcome: FinalOutcome): unknown[] {

@@ -1,0 +1,32 @@
+import { describe, expect, it } from 'vitest'
+import { ConfigError, resolveServiceConfig } from '../../src/reference-service/config.js'
+
+// Issue 12, the house: the service's settings are refused in the shape of every option's message,
+// naming the environment variable (`IDEMPOTENCY_TTL_MS must be …; got …`), before anything starts;
+// a secret is described and a URL's credentials are never shown.
+
+function refusal(env: Record<string, string>): string {
+  try {
+    resolveServiceConfig(env)
+  } catch (error) {
+    if (error instanceof ConfigError) return error.message
+    throw error
+  }
+  throw new Error('no error')
+}
+
+describe('a bad setting of the reference service is refused as `VARIABLE RULE; got VALUE`', () => {
+  it.each<[string, Record<string, string>, string]>([
+    ['a TTL not above the stale threshold', { IDEMPOTENCY_TTL_MS: '1000' }, 'IDEMPOTENCY_TTL_MS must be above IDEMPOTENCY_STALE_AFTER_MS (90000); got 1000'],
+    ['a TTL equal to the stale threshold', { IDEMPOTENCY_TTL_MS: '5000', IDEMPOTENCY_STALE_AFTER_MS: '5000' }, 'IDEMPOTENCY_TTL_MS must be above IDEMPOTENCY_STALE_AFTER_MS (5000); got 5000'],
+    ['a short cache secret', { ONCELY_CACHE_SECRET: 's3cret' }, 'ONCELY_CACHE_SECRET must be at least 16 bytes; got 6 bytes (not shown)'],
+    ['a short console token', { CONSOLE_TOKEN: 's3cret' }, 'CONSOLE_TOKEN must be at least 16 characters; got 6 characters (not shown)'],
+    ['an events URL of another scheme', { EVENTS_URL: 'kafka://user:s3cret@broker:9092' }, 'EVENTS_URL must be a nats:// or amqp:// URL; got "kafka://***@broker:9092"'],
+    ['a Redis URL of another scheme', { REDIS_URL: 'http://:s3cret@cache:6379' }, 'REDIS_URL must be a redis or rediss URL; got "http://***@cache:6379"'],
+    ['a provider URL of another scheme', { PROVIDER_URL: 'ftp://user:s3cret@provider' }, 'PROVIDER_URL must be a http or https URL; got "ftp://***@provider"'],
+  ])('%s', (_name, env, expected) => {
+    const shown = refusal(env)
+    expect(shown).toBe(expected)
+    expect(shown).not.toContain('s3cret')
+  })
+})
