@@ -1,4 +1,5 @@
 import { OncelyError, type OncelyErrorCode } from '../errors.js'
+import { invalid, optionalFunction } from '../option-validation.js'
 import { publishEnded } from './events.js'
 import type { ResolvedEngineOptions } from './options.js'
 import { decodeStepResult, deriveStepKey, encodeStepResult, toStoredForm } from './phases.js'
@@ -85,22 +86,20 @@ export interface CompletionOptions<Tx> {
 }
 
 function checkStepOptions(options: StepOptions): void {
-  if (typeof options !== 'object' || options === null) throw new OncelyError('ONCELY_INVALID_OPTION', `step options must be an object; got ${String(options)}`)
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
   if (options.delivery !== undefined && options.delivery !== 'at-least-once' && options.delivery !== 'at-most-once') {
-    throw new OncelyError('ONCELY_INVALID_OPTION', `option delivery must be 'at-least-once' or 'at-most-once'; got ${JSON.stringify(options.delivery)}`)
+    throw invalid('delivery', "must be 'at-least-once' or 'at-most-once'", options.delivery)
   }
   if (options.commit !== undefined && options.commit !== 'now' && options.commit !== 'with-next-write') {
-    throw new OncelyError('ONCELY_INVALID_OPTION', `option commit must be 'now' or 'with-next-write'; got ${JSON.stringify(options.commit)}`)
+    throw invalid('commit', "must be 'now' or 'with-next-write'", options.commit)
   }
 }
 
 function checkCompletionOptions<Tx>(options: CompletionOptions<Tx>): CompletionOptions<Tx> {
-  if (typeof options !== 'object' || options === null) throw new OncelyError('ONCELY_INVALID_OPTION', `completion options must be an object; got ${String(options)}`)
-  if (options.writes !== undefined && typeof options.writes !== 'function') {
-    throw new OncelyError('ONCELY_INVALID_OPTION', `option writes must be a function; got ${typeof options.writes}`)
-  }
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
+  optionalFunction('writes', options.writes)
   if (options.writes !== undefined && options.tx !== undefined) {
-    throw new OncelyError('ONCELY_INVALID_OPTION', 'options tx and writes exclude each other: with your own transaction, write in it and pass it as tx')
+    throw invalid('writes', 'must be left out with tx (with your own transaction, write in it and pass it as tx)', options.writes)
   }
   return options
 }

@@ -64,7 +64,3 @@ export function resolveEngineOptions<Tx>(options: EngineOptions<Tx>): ResolvedEn
   const claimRetryMs = positiveInteger('claimRetryMs', options.claimRetryMs ?? DEFAULT_CLAIM_RETRY_MS)
   return Object.freeze({ store, ttlMs, staleAfterMs, leaseRenewMs, conflictRetryAfterSeconds, handlerDeadlineMs, claimRetryMs })
 }
-
-// The option checks' home is src/option-validation.ts. Kept for src/ops/sweeper.ts alone, which
-// still imports positiveInteger from here: drop this line when it imports it from there.
-export { positiveInteger }

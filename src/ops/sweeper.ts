@@ -1,5 +1,5 @@
 import { publishEngineEvent } from '../engine/events.js'
-import { positiveInteger } from '../engine/options.js'
+import { positiveInteger } from '../option-validation.js'
 
 /** What the sweeper needs from a store. */
 export interface SweepableStore {

@@ -124,7 +124,7 @@ describe('complete(response, { writes })', () => {
     const { engine } = setup(false)
     const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-options', fingerprint }))
     await withTransaction(db.pool, async (tx) => {
-      await expect(execution.complete(jsonResponse(201, '{}'), { tx, writes: async () => undefined })).rejects.toThrow(/tx and writes exclude each other/)
+      await expect(execution.complete(jsonResponse(201, '{}'), { tx, writes: async () => undefined })).rejects.toThrow(/^option writes must be left out with tx/)
     })
     await expect(execution.complete(jsonResponse(201, '{}'), { writes: 'INSERT' as never })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION' })
     expect(await status('pipe-options')).toBe('in_progress')
