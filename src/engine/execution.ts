@@ -321,9 +321,16 @@ export class Execution<Tx = unknown> {
     await this.#inOwnTransaction(async (tx, attempt) => {
       attempt.status = outcome.status
       const fenced = store.complete(this.#fence, outcome, tx)
-      // Its failure is thrown below unless a write's failure comes first; never unhandled.
+      // Its failure is thrown below; never unhandled meanwhile.
       fenced.catch(() => undefined)
-      await writes(tx)
+      try {
+        await writes(tx)
+      } catch (error) {
+        // The completion went first: when it failed (a lock timeout, say), the writes behind it
+        // failed only because the transaction was aborted (25P02). Its error is the cause, and
+        // decides whether the transaction is retried.
+        throw (await fenced.then(() => undefined, (cause: unknown) => cause)) ?? error
+      }
       if (!(await fenced)) throw new LockLostSignal()
       return undefined
     })

@@ -120,6 +120,27 @@ describe('complete(response, { writes })', () => {
     expect(execution.state).toBe('released')
   })
 
+  it("a completion held behind another's row lock past lock_timeout: its 55P03, not the writes' 25P02, is thrown, so the transaction is retried and lands once", async () => {
+    const pool = db.newPool(4, { pipeline: true })
+    const engine = createEngine({ store: createPostgresStore({ pool, schema: db.schema, lockTimeoutMs: 100 }) })
+    const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-locked', fingerprint }))
+    const holder = await db.pool.connect()
+    try {
+      await holder.query('BEGIN')
+      await holder.query(`SELECT 1 FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = 'pipe-locked' FOR UPDATE`)
+      const completing = execution.complete(jsonResponse(201, '{}'), { writes: async (tx) => void (await insertCharge(tx, 'ch_locked')) })
+      // Long enough for several attempts to time out on the lock (100 ms each).
+      await new Promise((resolve) => setTimeout(resolve, 600))
+      await holder.query('COMMIT')
+      await completing
+    } finally {
+      holder.release()
+    }
+    expect(execution.state).toBe('completed')
+    expect(await status('pipe-locked')).toBe('completed')
+    expect(await charges('ch_locked')).toBe(1)
+  })
+
   it('refuses tx and writes together, and writes that is not a function', async () => {
     const { engine } = setup(false)
     const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-options', fingerprint }))
