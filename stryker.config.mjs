@@ -2,6 +2,8 @@
 // the last line that runs on Node 20; its vitest runner drives the suite's own vitest.config.ts
 // (global setup included: a real PostgreSQL, DATABASE_URL or embedded) with one worker thread.
 // `--mutate` narrows a run (e.g. `npm run mutate -- --mutate src/engine/decide.ts`).
+// STRYKER_INCREMENTAL_FILE and STRYKER_REPORT_FILE move the incremental file and the JSON report,
+// so a narrowed run does not overwrite the committed ones (docs/mutation-testing.md).
 /** @type {import('@stryker-mutator/api/core').PartialStrykerOptions} */
 export default {
   testRunner: 'vitest',
@@ -11,9 +13,9 @@ export default {
   mutate: ['src/engine/**/*.ts', 'src/store/postgres/**/*.ts', 'src/adapters/guarded-execution.ts', 'src/adapters/capture-server-response.ts'],
   coverageAnalysis: 'perTest',
   incremental: true,
-  incrementalFile: 'bench/results/stryker-incremental.json',
+  incrementalFile: process.env.STRYKER_INCREMENTAL_FILE || 'bench/results/stryker-incremental.json',
   reporters: ['clear-text', 'progress', 'json'],
-  jsonReporter: { fileName: 'bench/results/mutation-report.json' },
+  jsonReporter: { fileName: process.env.STRYKER_REPORT_FILE || 'bench/results/mutation-report.json' },
   concurrency: 1,
   timeoutMS: 30000,
   tempDirName: '.stryker-tmp',
