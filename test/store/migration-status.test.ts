@@ -71,14 +71,14 @@ describe('migrate', () => {
     for (const pool of [null, 'pool', { query() {} }, { connect() {} }]) {
       const error = await refusal({ pool })
       expect(codeOf(error)).toBe('ONCELY_INVALID_OPTION')
-      expect((error as Error).message).toMatch(/^pool must be/)
+      expect((error as Error).message).toMatch(/^option pool must have query\(\) and connect\(\)/)
     }
     for (const lockTimeoutMs of [0, -1, 1.5, '100', Number.MAX_SAFE_INTEGER + 1]) {
       const error = await refusal({ pool: db.pool, schema: db.schema, lockTimeoutMs })
       expect(codeOf(error)).toBe('ONCELY_INVALID_OPTION')
-      expect((error as Error).message).toMatch(/^lockTimeoutMs must be a whole number/)
+      expect((error as Error).message).toMatch(/^option lockTimeoutMs must be a positive integer/)
     }
-    expect((await refusal({ pool: db.pool, schema: db.schema, timeoutMs: 0 }) as Error).message).toMatch(/^timeoutMs must be/)
+    expect((await refusal({ pool: db.pool, schema: db.schema, timeoutMs: 0 }) as Error).message).toMatch(/^option timeoutMs must be/)
     // One millisecond is the least accepted.
     expect(await migrate({ pool: db.pool, schema: db.schema, lockTimeoutMs: 1, timeoutMs: 1 })).toEqual({ applied: [], newer: [] })
   })
