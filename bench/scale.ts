@@ -51,9 +51,9 @@ export async function scaleBench(url: string, options: { rows: number; connectio
 
     const errors: Record<string, number> = {}
     // Only `begin` is timed; a claimed key is then completed, outside the timing.
-    const timed = async (label: string, engine: Engine<Queryable>, key: (i: number) => string, expect: 'execute' | 'replay', seconds: number) => {
+    const timed = async (label: string, engine: Engine<Queryable>, key: (i: number) => string, expect: 'execute' | 'replay', seconds: number, loops = options.connections) => {
       const latencies: number[] = []
-      await closedLoop(options.connections, seconds, async (i) => {
+      await closedLoop(loops, seconds, async (i) => {
         const began = performance.now()
         let decision: Awaited<ReturnType<Engine<Queryable>['begin']>>
         try {
@@ -91,6 +91,18 @@ export async function scaleBench(url: string, options: { rows: number; connectio
       process.stderr.write(`scale: ${variant} round ${round}: ${run.length} ops, p50 ${percentile(run, 50).toFixed(2)} ms, p99 ${percentile(run, 99).toFixed(2)} ms\n`)
     })
     details.cacheDuringLatency = diffCounters(statioBefore, await cacheCounters(pool))
+    // The same claims from one loop, interleaved: what the table's size costs the statement
+    // itself, with less of the queueing on the shared cores that the p99 of 8 loops carries.
+    const sequential: Record<string, number[][]> = {}
+    await interleaved(options.rounds, ['empty', 'full'] as const, async (table, round) => {
+      ;(sequential[table] ??= []).push(await timed(`sequential ${table}`, engines[table], (i) => `sequential-${round}-${i}`, 'execute', 2, 1))
+    })
+    details.sequentialClaims = Object.fromEntries(
+      Object.entries(sequential).map(([table, runs]) => [
+        table,
+        { ops: runs.map((r) => r.length), p50: runs.map((r) => Number(percentile(r, 50).toFixed(2))), p99: runs.map((r) => Number(percentile(r, 99).toFixed(2))) },
+      ]),
+    )
     const figures: Figure[] = []
     for (const kind of ['claim', 'replay'] as const) {
       for (const p of [50, 99]) {
