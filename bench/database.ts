@@ -29,15 +29,18 @@ export async function openBenchDatabase(): Promise<BenchDatabase> {
   const version = (await admin.query<{ server_version: string }>('SHOW server_version')).rows[0]?.server_version ?? 'unknown'
   const url = new URL(serverUrl)
   url.pathname = `/${name}`
-  return {
-    url: url.toString(),
-    version,
-    where: embedded ? 'embedded' : 'DATABASE_URL',
-    async close() {
-      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
-      await admin.end()
-      await embedded?.stop()
-      if (dataRoot) await rm(dataRoot, { recursive: true, force: true })
-    },
+  const close = async () => {
+    process.off('SIGINT', onSignal).off('SIGTERM', onSignal)
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    await admin.end()
+    await embedded?.stop()
+    if (dataRoot) await rm(dataRoot, { recursive: true, force: true })
   }
+  // Interrupted, the run still drops its database: `--scale` leaves gigabytes on a shared disk.
+  function onSignal(signal: NodeJS.Signals): void {
+    process.stderr.write(`bench: ${signal}, dropping ${name}\n`)
+    void close().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143))
+  }
+  process.once('SIGINT', onSignal).once('SIGTERM', onSignal)
+  return { url: url.toString(), version, where: embedded ? 'embedded' : 'DATABASE_URL', close }
 }

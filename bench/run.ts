@@ -7,6 +7,7 @@
  *   npm run bench -- --only http           one part (library, round-trips, http, relay, scale)
  *   npm run bench -- --redis               HTTP also with REDIS_URL (default redis://127.0.0.1:6379)
  *   npm run bench -- --scale               10 M rows and the sweeper under load (long, gigabytes)
+ *   npm run bench -- --only scale --scale --rows 200000   the same on fewer rows (a quick check)
  *   --seconds N --rounds N --connections N --iterations N
  *
  * `DATABASE_URL` picks the PostgreSQL (a database of the run's own is created and dropped);
@@ -50,6 +51,7 @@ const NOTE =
 const startedAt = new Date()
 const database = await openBenchDatabase()
 const sections: Record<string, Figure[]> = {}
+const details: Record<string, unknown> = {}
 const print = (title: string, figures: Figure[], extra: string[] = []) => {
   sections[title] = figures
   process.stdout.write(`\n### ${title}\n\n${table(figures, extra)}\n`)
@@ -77,9 +79,12 @@ try {
     execFileSync(process.execPath, ['--import', 'tsx', 'bench/relay.ts'], { stdio: 'inherit', env: { ...process.env, DATABASE_URL: database.url } })
   }
   if (only.includes('scale')) {
-    print(`scale: ${values.rows} rows`, await scaleBench(database.url, { rows: Number(values.rows), connections: 8, seconds }), ['p50 ms', 'baseline p50 ms'])
+    const scale = await scaleBench(database.url, { rows: Number(values.rows), connections: 8, seconds, rounds })
+    print(`scale: ${values.rows} rows, ${rounds} interleaved runs of ${seconds} s, 8 loops`, scale.figures, ['p50 ms', 'baseline p50 ms', 'ops', 'baseline ops'])
+    details.scale = scale.details
+    process.stdout.write(`\n${JSON.stringify(scale.details, null, 2)}\n`)
   }
-  const file = await writeResults(startedAt, { startedAt: startedAt.toISOString(), finishedAt: new Date().toISOString(), machine, note: NOTE, options: values, sections })
+  const file = await writeResults(startedAt, { startedAt: startedAt.toISOString(), finishedAt: new Date().toISOString(), machine, note: NOTE, options: values, sections, details })
   process.stdout.write(`\n${NOTE}\nwritten to ${file}\n`)
 } finally {
   await database.close()
