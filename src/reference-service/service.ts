@@ -114,7 +114,7 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     }
     const operations = startServiceReconciler({ engine, pool, config, providerUrl: provider.url, metrics, log: logger })
     cleanups.push({ stop: async () => operations.reconciler?.stop() })
-    mountServiceConsole(app, { pool, config, metrics, reconcile: operations.runOnce, log: logger })
+    mountServiceConsole(app, { pool, config, metrics, reconcile: operations.runOnce, log: logger, cache: cached.cache })
     const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
       const started = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, () => resolve(started))
       started.once('error', reject)

@@ -75,6 +75,7 @@ describe.skipIf(!availability.run)('the reference service with REDIS_URL', () =>
       body: JSON.stringify({ user: id, key: 'console-1', force: true }),
     })
     expect(released.status).toBe(200)
+    expect(await released.json()).toMatchObject({ released: true })
     const after = await post(service.url, { user: id, key: 'console-1' })
     expect(after.status).toBe(201)
     expect(after.headers.get('idempotent-replayed')).toBeNull()
