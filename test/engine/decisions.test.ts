@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createEngine, deriveStepKey, fingerprintRequest, isOncelyError, type Decision } from '../../src/index.js'
-import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { createEngine, deriveStepKey, fingerprintRequest, isOncelyError } from '../../src/index.js'
+import { createPostgresStore } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
+import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -15,11 +15,6 @@ afterAll(async () => {
 const body = { amount: 1000, currency: 'usd', customer: 'cus_1' }
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body })
 const other = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { ...body, amount: 2000 } })
-
-function owned(decision: Decision<Queryable>) {
-  if (decision.kind !== 'execute') throw new Error(`expected execute, got ${decision.kind}`)
-  return decision.execution
-}
 
 describe('mismatch before replay (Invariant 5)', () => {
   it('beats a replay', async () => {

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createEngine, fingerprintRequest, type Decision } from '../../src/index.js'
-import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { createEngine, fingerprintRequest } from '../../src/index.js'
+import { createPostgresStore } from '../../src/store/postgres/index.js'
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
+import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
 
 // Issue 11: a step's result may ride with the claim's next write (`commit: 'with-next-write'`),
 // saving a round trip and a commit; until then a take-over runs the step again with the same key.
@@ -17,11 +17,6 @@ afterAll(async () => {
 })
 
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1 } })
-
-function owned(decision: Decision<Queryable>) {
-  if (decision.kind !== 'execute') throw new Error(`expected execute, got ${decision.kind}`)
-  return decision.execution
-}
 
 async function row(key: string) {
   const { rows } = await db.pool.query<{ recovery_point: string | null; phase_data: Record<string, unknown>; started_steps: string[] }>(

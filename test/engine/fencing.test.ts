@@ -1,9 +1,8 @@
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
-import { fingerprintRequest, type Decision } from '../../src/index.js'
-import type { Queryable } from '../../src/store/postgres/index.js'
+import { fingerprintRequest } from '../../src/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
+import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -14,11 +13,6 @@ afterAll(async () => {
 })
 
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1 } })
-
-function owned(decision: Decision<Queryable>) {
-  if (decision.kind !== 'execute') throw new Error(`expected execute, got ${decision.kind}`)
-  return decision.execution
-}
 
 async function row(key: string) {
   const { rows } = await db.pool.query<{ status: string; recovery_point: string | null; phase_data: Record<string, unknown>; locked_at: Date; lock_token: string | null }>(

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createEngine, fingerprintRequest, type Decision } from '../../src/index.js'
+import { createEngine, fingerprintRequest } from '../../src/index.js'
 import { createOutbox } from '../../src/outbox/index.js'
 import { createPostgresStore, withTransaction, type Queryable } from '../../src/store/postgres/index.js'
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
+import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
 
 // Issue 11: the completion with `writes` sends the fenced completion, the business rows and the
 // outbox rows together; on a pipelining pool that is one round trip before the COMMIT.
@@ -19,11 +19,6 @@ afterAll(async () => {
 })
 
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1 } })
-
-function owned(decision: Decision<Queryable>) {
-  if (decision.kind !== 'execute') throw new Error(`expected execute, got ${decision.kind}`)
-  return decision.execution
-}
 
 function setup(pipeline: boolean) {
   const pool = countingPool(db.newPool(4, { pipeline }))

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createEngine, fingerprintRequest, type Decision } from '../../src/index.js'
-import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { createEngine, fingerprintRequest } from '../../src/index.js'
+import { createPostgresStore } from '../../src/store/postgres/index.js'
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { jsonResponse } from '../helpers/engine.js'
+import { jsonResponse, owned } from '../helpers/engine.js'
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -20,11 +20,6 @@ function setup() {
   const pool = countingPool(db.pool)
   const engine = createEngine({ store: createPostgresStore({ pool, schema: db.schema }) })
   return { pool, engine }
-}
-
-function owned(decision: Decision<Queryable>) {
-  if (decision.kind !== 'execute') throw new Error(`expected execute, got ${decision.kind}`)
-  return decision.execution
 }
 
 describe('round trips per outcome (DESIGN.md cost budget)', () => {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import { createEngine, type ClaimState, type Engine, type EngineOptions, type IdempotencyStore } from '../../src/index.js'
+import { createEngine, type ClaimState, type Decision, type Engine, type EngineOptions, type Execution, type IdempotencyStore } from '../../src/index.js'
 import { createPostgresStore, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { latch } from './deferred.js'
 import type { TestDatabase } from './db.js'
@@ -50,6 +50,12 @@ export async function raceEngines<T>(
 }
 
 /** A stored response with a JSON body written exactly as given. */
+/** The execution of a decision that must be `execute` (the key was free or taken over). */
+export function owned(decision: Decision<Queryable>): Execution<Queryable> {
+  if (decision.kind !== 'execute') throw new Error(`expected execute, got ${decision.kind}`)
+  return decision.execution
+}
+
 export function jsonResponse(status: number, bodyText: string) {
   return { status, headers: [['content-type', 'application/json']] as [string, string][], body: Buffer.from(bodyText) }
 }
