@@ -46,6 +46,7 @@ describe('the rounds of a claim', () => {
   it('gives up after three claims in a row find the key changed under them', async () => {
     await expiredKey('always-reclaimed')
     let claims = 0
+    let reads = 0
     const engine = engineOver({
       async claim(request) {
         claims++
@@ -55,10 +56,16 @@ describe('the rounds of a claim', () => {
       async reclaimExpired() {
         return null
       },
+      // A reclaim lost without doubt costs no read-back.
+      async read(scope, key) {
+        reads++
+        return store.read(scope, key)
+      },
     })
     const error = await engine.begin({ scope: 'u1', key: 'always-reclaimed', fingerprint }).catch((e: unknown) => e)
     expect(error).toMatchObject({ code: 'ONCELY_STORE_UNEXPECTED', message: 'the key "always-reclaimed" changed under 3 claims in a row' })
     expect(claims).toBe(3)
+    expect(reads).toBe(0)
   })
 
   it('a take-over lost to another retry is a 409 without a read-back; one whose answer was lost is read back and recognised', async () => {
@@ -105,6 +112,33 @@ describe('the rounds of a claim', () => {
     if (decision.kind !== 'execute') throw new Error(decision.kind)
     expect(decision.execution.how).toBe('reclaimed-expired')
     await decision.execution.complete(jsonResponse(201, '{}'))
+  })
+
+  it('a read-back after a lost answer that cannot be made names the read-back', async () => {
+    const away = async () => {
+      throw lost()
+    }
+    const lostOnce = <A extends unknown[], R>(real: (...args: A) => Promise<R>) => {
+      let first = true
+      return async (...args: A) => {
+        const result = await real(...args)
+        if (first) {
+          first = false
+          throw lost()
+        }
+        return result
+      }
+    }
+    await abandonedKey('read-back-take-over')
+    const takeOver = await engineOver({ takeOver: lostOnce((seen: Parameters<PostgresStore['takeOver']>[0], take: Parameters<PostgresStore['takeOver']>[1]) => store.takeOver(seen, take)), read: away }, { claimRetryMs: 200 })
+      .begin({ scope: 'u1', key: 'read-back-take-over', fingerprint })
+      .catch((e: unknown) => e)
+    expect((takeOver as Error).message).toMatch(/^read-back: the database stayed unavailable/)
+    await expiredKey('read-back-reclaim')
+    const reclaim = await engineOver({ reclaimExpired: lostOnce((seen: Parameters<PostgresStore['reclaimExpired']>[0], input: Parameters<PostgresStore['reclaimExpired']>[1]) => store.reclaimExpired(seen, input)), read: away }, { claimRetryMs: 200 })
+      .begin({ scope: 'u1', key: 'read-back-reclaim', fingerprint })
+      .catch((e: unknown) => e)
+    expect((reclaim as Error).message).toMatch(/^read-back: the database stayed unavailable/)
   })
 
   it('a database that stays away names the statement that could not run', async () => {

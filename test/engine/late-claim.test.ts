@@ -60,6 +60,59 @@ describe('a claim that lands after its attempt was given up on', () => {
     expect(await rowsOf(key)).toEqual([])
   })
 
+  it('lands after begin answered 409: the claim it left is released', async () => {
+    const key = 'late-after-409'
+    const owner = await createEngine({ store }).begin({ scope: 'u1', key, fingerprint })
+    if (owner.kind !== 'execute') throw new Error(owner.kind)
+    let landed: (() => void) | undefined
+    let calls = 0
+    const released = deferred<Fence>()
+    const engine = createEngine({
+      store: storeWith({
+        async claim(request) {
+          if (calls++ === 0) {
+            landed = request.onLateInsert
+            throw lost()
+          }
+          return store.claim(request)
+        },
+        async release(fence) {
+          released.resolve(fence)
+          return store.release(fence)
+        },
+      }),
+    })
+    expect((await engine.begin({ scope: 'u1', key, fingerprint })).kind).toBe('conflict')
+    landed?.()
+    const fence = await released.promise
+    expect(fence).toMatchObject({ scope: 'u1', key })
+    await owner.execution.complete(jsonResponse(201, '{}'))
+  })
+
+  it('landed while begin still ran, which then gave up with a 503: the claim it left is released', async () => {
+    const key = 'late-then-503'
+    const released = deferred<Fence>()
+    const engine = createEngine({
+      claimRetryMs: 1,
+      store: storeWith({
+        async claim(request) {
+          await store.claim(request)
+          request.onLateInsert?.()
+          throw lost()
+        },
+        async release(fence) {
+          const deleted = await store.release(fence)
+          released.resolve(fence)
+          return deleted
+        },
+      }),
+    })
+    const error = await engine.begin({ scope: 'u1', key, fingerprint }).catch((e: unknown) => e)
+    expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
+    await released.promise
+    expect(await rowsOf(key)).toEqual([])
+  })
+
   it('landed while begin still ran, which then ended without the key: it releases its own token only', async () => {
     const key = 'late-then-replay'
     // Someone else's request completes the key first.

@@ -37,6 +37,14 @@ describe('engine.run when the handler throws', () => {
     expect(await rowOf('throws-late')).toEqual({ status: 'in_progress', lock_token: null })
   })
 
+  it('a policy that suspends before any step: the claim is kept for the retry, not released', async () => {
+    const failure = new Error('unsure whether the provider saw it')
+    await expect(
+      engine.run({ scope: 'u1', key: 'suspended-early', fingerprint }, async () => Promise.reject(failure), { onFailure: () => ({ action: 'suspend' }) }),
+    ).rejects.toBe(failure)
+    expect(await rowOf('suspended-early')).toEqual({ status: 'in_progress', lock_token: null })
+  })
+
   it('a policy that stores a response: run answers with it and retries replay it', async () => {
     const response = jsonResponse(402, '{"declined":true}')
     const result = await engine.run({ scope: 'u1', key: 'declined', fingerprint }, async () => Promise.reject(new Error('card declined')), {
