@@ -39,17 +39,18 @@ function recordingPool(): { pool: PoolLike; sent: QueryConfig[] } {
 
 describe('createPostgresStore', () => {
   it('refuses a pool without query and connect', () => {
-    for (const options of [null, {}, { pool: null }, { pool: { query() {} } }, { pool: { connect() {} } }]) {
-      expect(refusal(options)).toBe('pool must have query() and connect(), like pg.Pool')
+    expect(refusal(null)).toBe('option options must be an object { pool, schema? }; got null')
+    for (const options of [{}, { pool: null }, { pool: { query() {} } }, { pool: { connect() {} } }]) {
+      expect(refusal(options)).toMatch(/^option pool must have query\(\) and connect\(\), like pg\.Pool; got (undefined|null|an object \(not shown\))$/)
     }
   })
 
   it('each timeout is a positive integer, and a lock wait is shorter than a statement', () => {
     for (const value of [0, -5, 1.5, '100']) {
-      expect(refusal({ pool: db.pool, statementTimeoutMs: value })).toBe(`option statementTimeoutMs must be a positive integer; got ${String(value)}`)
-      expect(refusal({ pool: db.pool, lockTimeoutMs: value })).toBe(`option lockTimeoutMs must be a positive integer; got ${String(value)}`)
+      expect(refusal({ pool: db.pool, statementTimeoutMs: value })).toBe(`option statementTimeoutMs must be a positive integer; got ${typeof value === 'string' ? JSON.stringify(value) : String(value)}`)
+      expect(refusal({ pool: db.pool, lockTimeoutMs: value })).toBe(`option lockTimeoutMs must be a positive integer; got ${typeof value === 'string' ? JSON.stringify(value) : String(value)}`)
     }
-    expect(refusal({ pool: db.pool, statementTimeoutMs: 2000 })).toBe('option lockTimeoutMs (2000) must be below statementTimeoutMs (2000)')
+    expect(refusal({ pool: db.pool, statementTimeoutMs: 2000 })).toBe('option lockTimeoutMs must be below statementTimeoutMs (2000); got 2000')
     expect(() => createPostgresStore({ pool: db.pool, statementTimeoutMs: 2001 })).not.toThrow()
     expect(() => createPostgresStore({ pool: db.pool, statementTimeoutMs: 5000, lockTimeoutMs: 4999 })).not.toThrow()
   })
@@ -76,7 +77,7 @@ describe('quoteSchema', () => {
     expect(quoteSchema('a"b"')).toBe('"a""b"""')
     expect(quoteSchema('s'.repeat(63))).toBe(`"${'s'.repeat(63)}"`)
     for (const bad of ['', 's'.repeat(64), 'a\0b', 7, undefined]) {
-      expect(() => quoteSchema(bad)).toThrow(`schema must be a non-empty string of at most 63 characters, got ${JSON.stringify(bad)}`)
+      expect(() => quoteSchema(bad)).toThrow(`option schema must be a non-empty string of at most 63 characters; got ${JSON.stringify(bad) ?? 'undefined'}`)
     }
   })
 })
