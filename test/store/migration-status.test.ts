@@ -155,6 +155,12 @@ describe('checkSchema', () => {
         expect.stringMatching(/^missing: constraint idempotency_key: idempotency_key_final_has_response is missing \(expected CHECK/),
       ]),
     )
-    expect(details).toHaveLength(8)
+    // PostgreSQL 18 keeps NOT NULL as a catalog constraint too: dropping it is then also named as
+    // a missing constraint. Nothing else may be reported.
+    const others = details.filter((detail) => !/^(pending-migration|unknown-migration): /.test(detail) && !/recovery_point|\.extra |extra_index|phase_data|idempotency_key_expires_at|idempotency_key_final_has_response/.test(detail))
+    expect(others).toEqual([])
+    const notNull = details.filter((detail) => /^missing: constraint idempotency_key: \S*phase_data\S*not_null\b/.test(detail))
+    expect(details).toHaveLength(8 + notNull.length)
+    expect(notNull.length).toBeLessThanOrEqual(1)
   })
 })
