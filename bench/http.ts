@@ -144,6 +144,9 @@ let databaseCpu: { sample(): Promise<Map<number, number>>; close(): Promise<void
  */
 function backendsCpu(databaseUrl: string): { sample(): Promise<Map<number, number>>; close(): Promise<void> } {
   const client = new pg.Client({ connectionString: databaseUrl })
+  // Open across the whole run: a connection the server ends (57P01) must fail the next sample
+  // with its error, not crash the process with an unhandled 'error' event.
+  client.on('error', (error) => process.stderr.write(`bench: the CPU sampler's connection ended: ${error.message}\n`))
   const connected = client.connect()
   return {
     async sample() {
