@@ -66,7 +66,10 @@ describe('the claim loop (store.claim)', () => {
     const application = `oncely-claim-race-${randomUUID().slice(0, 8)}`
     const pool = db.newPool(2, { application_name: application })
     const watched = watchedPool(pool)
-    const store = createPostgresStore({ pool: watched, schema: db.schema, statementTimeoutMs: 20_000, lockTimeoutMs: 10_000 })
+    // Far longer than the first round takes, and no longer than this process has run: a give-up
+    // measured from anything but the round's own start would fire here.
+    const lockTimeoutMs = Math.max(1000, Math.floor(performance.now()))
+    const store = createPostgresStore({ pool: watched, schema: db.schema, statementTimeoutMs: lockTimeoutMs * 2, lockTimeoutMs })
     const locker = await db.pool.connect()
     const scope = 'claim-race'
     const key = randomUUID()
@@ -148,6 +151,60 @@ describe('the claim loop (store.claim)', () => {
       await locker.query('ROLLBACK').catch(() => undefined)
       locker.release()
     }
+  })
+})
+
+describe('a claim given up on (statementTimeoutMs) whose answer comes late', () => {
+  // The pool's only connection is held, so the claim waits for one past its timeout: the driver
+  // cannot time that out, the store does, and the statement still runs once the connection is free.
+  async function lateClaim(existing: boolean) {
+    const pool = db.newPool(1)
+    pool.on('error', () => undefined)
+    const answers: Array<Promise<unknown>> = []
+    const store = createPostgresStore({
+      pool: {
+        query<R>(config: QueryConfig): Promise<QueryResult<R>> {
+          const answer = pool.query(config) as unknown as Promise<QueryResult<R>>
+          answers.push(answer.catch(() => undefined))
+          return answer
+        },
+        connect: () => pool.connect(),
+      },
+      schema: db.schema,
+      statementTimeoutMs: 300,
+      lockTimeoutMs: 100,
+    })
+    const scope = 'claim-given-up'
+    const key = randomUUID()
+    if (existing) await storeClaim(createPostgresStore({ pool: db.pool, schema: db.schema }), { scope, key, fingerprint })
+    const held = await pool.connect()
+    let lateInserts = 0
+    let released = false
+    try {
+      const error = await store.claim({ ...claimRequest(scope, key), onLateInsert: () => lateInserts++ }).then(
+        () => undefined,
+        (e: unknown) => e,
+      )
+      expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
+      expect((error as Error).message).toBe('PostgreSQL did not answer the claim within 300 ms')
+      held.release()
+      released = true
+      expect(answers).toHaveLength(1)
+      await answers[0]
+      // The store's own reaction to the answer runs after the answer settles.
+      await new Promise((resolve) => setImmediate(resolve))
+      return lateInserts
+    } finally {
+      if (!released) held.release()
+    }
+  }
+
+  it('names the claim in its error, and a late answer that inserted the claim calls onLateInsert once', async () => {
+    expect(await lateClaim(false)).toBe(1)
+  })
+
+  it('a late answer that found the key already there does not call onLateInsert', async () => {
+    expect(await lateClaim(true)).toBe(0)
   })
 })
 
