@@ -497,9 +497,8 @@ export function conformanceSuite(harness: AdapterHarness): void {
       })
     })
 
-    // Issue 8 path 15: the engine throws ONCELY_OUTCOME_NOT_RECORDED for a deterministic failure.
-    it('answers a completion that fails the same way every time with a non-retryable 500, without Retry-After', async () => {
-      const lines: string[] = []
+    /** A charge route whose completion fails the same way every time: its charge row already exists. */
+    async function chargeWhoseCompletionAlwaysFails() {
       const taken = `ch_${randomUUID()}`
       await db.pool.query('INSERT INTO adapter_charges (id) VALUES ($1)', [taken])
       const charges = counted('POST', '/v1/charges', async ({ idempotency }) => {
@@ -509,6 +508,13 @@ export function conformanceSuite(harness: AdapterHarness): void {
         })
         return json(201, { id: taken })
       })
+      return { charges }
+    }
+
+    // Issue 8 path 15: the engine throws ONCELY_OUTCOME_NOT_RECORDED for a deterministic failure.
+    it('answers a completion that fails the same way every time with a non-retryable 500, without Retry-After', async () => {
+      const lines: string[] = []
+      const { charges } = await chargeWhoseCompletionAlwaysFails()
       await withApp({ log: (line) => lines.push(line) }, [charges], async (app) => {
         const key = randomUUID()
         const response = await app.request(post('/v1/charges', key, { amount: 1 }))
@@ -521,15 +527,7 @@ export function conformanceSuite(harness: AdapterHarness): void {
     })
 
     it('logs a pino-style logger scope, hashed key, route, code and instance as fields, a line function the same as text, and never the key, the Authorization header or a cookie', async () => {
-      const taken = `ch_${randomUUID()}`
-      await db.pool.query('INSERT INTO adapter_charges (id) VALUES ($1)', [taken])
-      const charges = counted('POST', '/v1/charges', async ({ idempotency }) => {
-        await idempotency!.execution.step('charge', () => ({ id: taken }))
-        idempotency!.writeOnCompletion(async (tx) => {
-          await tx.query({ text: 'INSERT INTO adapter_charges (id) VALUES ($1)', values: [taken] })
-        })
-        return json(201, { id: taken })
-      })
+      const { charges } = await chargeWhoseCompletionAlwaysFails()
       const secrets = { authorization: 'Bearer demo_77', cookie: 'session=cookie-secret-7f3a; theme=dark' }
       const records: Array<{ level: string; fields: Record<string, unknown>; message: string }> = []
       const record = (level: string) => (fields: Record<string, unknown>, message: string) => void records.push({ level, fields, message })
