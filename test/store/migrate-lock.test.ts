@@ -59,6 +59,8 @@ describe('migrate: the lock', () => {
     try {
       const error: unknown = await migrate({ pool: db.pool, schema: 'Stuck Schema', lockTimeoutMs: 50, timeoutMs: 400 }).catch((e: unknown) => e)
       expect(isOncelyError(error, 'ONCELY_MIGRATION_LOCKED'), String(error)).toBe(true)
+      // The lock wait that ran out is kept as the cause, for whoever reads the error.
+      expect((error as Error).cause).toMatchObject({ code: '55P03' })
     } finally {
       await holder.release()
     }
@@ -74,13 +76,13 @@ describe('migrate: newer migrations', () => {
     expect(result.newer).toEqual([{ id: 9001, name: '9001_future_column' }])
   })
 
-  it('stops at a breaking one with ONCELY_SCHEMA_TOO_NEW', async () => {
+  it('stops at a breaking one with ONCELY_SCHEMA_TOO_NEW, naming every breaking one', async () => {
     const schema = 'Breaking Future'
     await migrate({ pool: db.pool, schema })
-    await db.pool.query(`INSERT INTO "Breaking Future".migrations (id, name, breaking) VALUES (9002, '9002_drop_column', true)`)
+    await db.pool.query(`INSERT INTO "Breaking Future".migrations (id, name, breaking) VALUES (9002, '9002_drop_column', true), (9003, '9003_drop_table', true)`)
     const error: unknown = await migrate({ pool: db.pool, schema }).catch((e: unknown) => e)
     expect(isOncelyError(error, 'ONCELY_SCHEMA_TOO_NEW')).toBe(true)
-    expect(String(error)).toContain('9002_drop_column')
+    expect(String(error)).toContain('(9002_drop_column, 9003_drop_table)')
   })
 })
 
