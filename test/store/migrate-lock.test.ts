@@ -67,6 +67,25 @@ describe('migrate: the lock', () => {
   })
 })
 
+describe('migrate: a table a migration alters', () => {
+  it('held by a long transaction past lockTimeoutMs: the migration waits and retries, then applies', async () => {
+    const schema = 'Busy Table'
+    await migrate({ pool: db.pool, schema })
+    // 002 pending again: its columns dropped and its row removed, the rest of the schema current.
+    await db.pool.query(`ALTER TABLE "Busy Table".idempotency_key DROP COLUMN interrupted, DROP COLUMN started_steps, DROP COLUMN outcome_error`)
+    await db.pool.query(`DELETE FROM "Busy Table".migrations WHERE name = '002_claim_history'`)
+    const reader = await db.pool.connect()
+    await reader.query('BEGIN')
+    await reader.query(`LOCK TABLE "Busy Table".idempotency_key IN ACCESS SHARE MODE`)
+    const result = migrate({ pool: db.pool, schema, lockTimeoutMs: 100, timeoutMs: 30_000 })
+    // Held well past lockTimeoutMs: the ALTER TABLE's lock wait fails with 55P03 at least once.
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    await reader.query('ROLLBACK')
+    reader.release()
+    expect((await result).applied.map((migration) => migration.name)).toEqual(['002_claim_history'])
+  })
+})
+
 describe('migrate: newer migrations', () => {
   it('runs alongside an additive migration a newer oncely applied, and names it', async () => {
     const schema = 'Additive Future'

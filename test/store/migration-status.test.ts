@@ -90,6 +90,8 @@ describe('migrate', () => {
     const error = await migrate({ pool: db.pool, schema }).catch((e: unknown) => e)
     expect(error).toMatchObject({ code: 'ONCELY_MIGRATION_FAILED', message: expect.stringContaining(`migration ${shipped[0]!.name} failed: `) as unknown })
     expect(isOncelyError(error, 'ONCELY_MIGRATION_FAILED')).toBe(true)
+    // The database's error is kept as the cause: the table already exists.
+    expect((error as Error).cause).toMatchObject({ code: '42P07' })
     expect((await migrationStatus({ pool: db.pool, schema })).pending).toEqual(shipped)
   })
 
