@@ -83,8 +83,8 @@ export async function asOpenTransaction<T>(tx: Queryable, work: () => Promise<T>
 
 /**
  * Sends BEGIN through `db`. On a pipelining `connection` (`pg`'s `pipeline: true`; the client
- * behind `db` when `db` wraps it) it is not awaited on its own: it leaves with the transaction's first statements, and `await`ing the result later throws its
- * failure. BEGIN's text is constant and valid: it fails only with the connection, which fails
+ * behind `db` when `db` wraps it) it is not awaited on its own: it leaves with the
+ * transaction's first statements, and awaiting `answered` later throws its failure. BEGIN's text is constant and valid: it fails only with the connection, which fails
  * every statement queued behind it as well.
  */
 export async function sendBegin(db: Queryable, config: QueryConfig, connection: unknown = db): Promise<{ answered: Promise<unknown> }> {
