@@ -1,5 +1,6 @@
 import type { Execution } from '../engine/execution.js'
-import type { StoredResponse } from '../engine/types.js'
+import type { StoredResponse, WriteStatement } from '../engine/types.js'
+import type { Queryable } from '../store/postgres/executor.js'
 import { isOncelyError } from '../errors.js'
 import { isRetryableStatus } from '../retryable-status.js'
 import { logKey, type LogFields } from '../ops/logger.js'
@@ -26,7 +27,7 @@ export class GuardedExecution<Tx> {
   readonly #options: ResolvedAdapterOptions<never, Tx>
   readonly #execution: Execution<Tx>
   readonly #startedAt: number
-  readonly #writes: Array<CompletionWork<Tx>> = []
+  readonly #writes: Array<CompletionWork<Tx> | WriteStatement> = []
   /** The fields of this request's log lines: route, scope, hashed key. */
   readonly logFields: Readonly<LogFields>
   #settled = false
@@ -37,7 +38,7 @@ export class GuardedExecution<Tx> {
     this.#startedAt = startedAt
     this.logFields = Object.freeze({ ...logFields, scope: execution.scope, key: logKey(execution.key) })
     const writes = this.#writes
-    this.context = Object.freeze({ execution, writeOnCompletion: (work: CompletionWork<Tx>) => void writes.push(work) })
+    this.context = Object.freeze({ execution, writeOnCompletion: (work: CompletionWork<Tx> | WriteStatement) => void writes.push(work) })
   }
 
   get settled(): boolean {
@@ -131,8 +132,15 @@ export class GuardedExecution<Tx> {
       return
     }
     // Invariant 8: the business writes and the completion commit together, or neither does.
+    const registered = this.#writes
+    const statements = registered.filter((work): work is WriteStatement => typeof work !== 'function')
+    if (statements.length === registered.length) {
+      await (status === 'completed' ? execution.complete(response, { statements }) : execution.fail(response, { statements }))
+      return
+    }
+    // A statement among functions runs in its turn on the transaction (a SQL store's `Queryable`).
     const writes = async (tx: Tx) => {
-      for (const work of this.#writes) await work(tx)
+      for (const work of registered) await (typeof work === 'function' ? work(tx) : (tx as unknown as Queryable).query({ ...work, values: [...(work.values ?? [])] }))
     }
     await (status === 'completed' ? execution.complete(response, { writes }) : execution.fail(response, { writes }))
   }

@@ -1,4 +1,5 @@
 import type { Execution } from '../engine/execution.js'
+import type { WriteStatement } from '../engine/types.js'
 import type { HeaderValue } from './stored-headers.js'
 
 /**
@@ -26,9 +27,19 @@ export interface IdempotencyContext<Tx = unknown> {
   /**
    * Registers business writes that commit in the transaction that stores the response, or not
    * at all (Invariant 8). They run only when the response is stored (`status < 400`, or a 4xx
-   * after a step), in registration order.
+   * after a step), in registration order. A write given as a statement (`{ text, values }`)
+   * instead of a function is sent unawaited: when every write is one, BEGIN, the completion, the
+   * writes and COMMIT leave together, one round trip on a pipelining pool (issue 11).
+   *
+   * @example
+   * ```ts
+   * import type { IdempotencyContext } from 'oncely/hono'
+   * import type { Queryable } from 'oncely/postgres'
+   * declare const context: IdempotencyContext<Queryable>
+   * context.writeOnCompletion({ text: 'INSERT INTO charges (id) VALUES ($1)', values: [id] })
+   * ```
    */
-  readonly writeOnCompletion: (this: void, work: CompletionWork<Tx>) => void
+  readonly writeOnCompletion: (this: void, work: CompletionWork<Tx> | WriteStatement) => void
 }
 
 /** The parts of a request that enter its fingerprint, plus its key header. */

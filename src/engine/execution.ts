@@ -5,7 +5,7 @@ import type { ResolvedEngineOptions } from './options.js'
 import { decodeStepResult, deriveStepKey, encodeStepResult, toStoredForm } from './phases.js'
 import { describeError, retryTransient } from './retry.js'
 import type { CarriedPhases, Fence, FinalOutcome } from './store.js'
-import type { ClaimKind, ClaimSnapshot, ClaimState, StoredResponse } from './types.js'
+import type { ClaimKind, ClaimSnapshot, ClaimState, StoredResponse, WriteStatement } from './types.js'
 
 /** What a step's function receives. */
 export interface StepContext {
@@ -66,7 +66,8 @@ export interface CompletionOptions<Tx> {
    * back with `ONCELY_LOCK_LOST`. Retried like `completeInTransaction`, so `writes` must only
    * write through the `tx` it is given. On a pipelining pool (`new pg.Pool({ pipeline: true })`)
    * writes sent without awaiting each other leave with BEGIN and the completion in one round
-   * trip, and the COMMIT in a second. Not with `tx`. (Default: none)
+   * trip, and the COMMIT in a second; `statements` saves that second one. Not with `tx`.
+   * (Default: none)
    *
    * @example
    * ```ts
@@ -83,6 +84,26 @@ export interface CompletionOptions<Tx> {
    */
   // A method signature: checked bivariantly, so an Execution<Queryable> is still an Execution<unknown>.
   writes?(this: void, tx: Tx): Promise<void>
+  /**
+   * Business writes as statements, committed with the completion in a transaction the store
+   * opens: BEGIN, the fenced completion, these statements in order and COMMIT leave together, so
+   * on a pipelining pool the whole completion is one round trip (issue 11). If the claim was lost,
+   * the completion fails in the database and everything rolls back with `ONCELY_LOCK_LOST`; a
+   * statement that fails rolls everything back too (`ONCELY_OUTCOME_NOT_RECORDED` with its error
+   * as the cause, or a retry of the whole flight when the error is transient). A statement cannot
+   * use another's result: where one must, use `writes`. Not with `tx` or `writes`. (Default: none)
+   *
+   * @example
+   * ```ts
+   * import { createOutbox } from 'oncely/outbox'
+   * const outbox = createOutbox()
+   * const event = await outbox.prepareEnqueue({ type: 'charge.succeeded', key: 'cus_1', payload: { id } })
+   * await execution.complete(response, {
+   *   statements: [{ text: 'INSERT INTO charges (id) VALUES ($1)', values: [id] }, event.statement],
+   * })
+   * ```
+   */
+  statements?: readonly WriteStatement[]
 }
 
 function checkStepOptions(options: StepOptions): void {
@@ -101,7 +122,21 @@ function checkCompletionOptions<Tx>(options: CompletionOptions<Tx>): CompletionO
   if (options.writes !== undefined && options.tx !== undefined) {
     throw invalid('writes', 'must be left out with tx (with your own transaction, write in it and pass it as tx)', options.writes)
   }
+  const { statements } = options
+  if (statements === undefined) return options
+  if (!Array.isArray(statements) || !statements.every(isWriteStatement)) {
+    throw invalid('statements', 'must be an array of { text, values? } with text a string and values an array', statements)
+  }
+  if (options.tx !== undefined || options.writes !== undefined) {
+    throw invalid('statements', 'must be left out with tx or writes (put every write in one of them)', statements)
+  }
   return options
+}
+
+function isWriteStatement(value: unknown): value is WriteStatement {
+  if (typeof value !== 'object' || value === null) return false
+  const { text, values, name } = value as Partial<Record<keyof WriteStatement, unknown>>
+  return typeof text === 'string' && (values === undefined || Array.isArray(values)) && (name === undefined || typeof name === 'string')
 }
 
 /** Thrown inside the completion transaction to roll it back when the fence fails. */
@@ -337,11 +372,40 @@ export class Execution<Tx = unknown> {
   }
 
   /**
-   * Runs `run` in a transaction of the store, retried on transient errors (issue 8, path 4). An
-   * earlier attempt's COMMIT may have landed with only its answer lost: the row is read back
-   * before running the writes again, and before calling a failed fence a take-over.
+   * The completion with `statements`: one flight of BEGIN, the fenced completion, the statements
+   * and COMMIT (issue 11), retried like `completeInTransaction`.
    */
+  async #completeInFlight(outcome: FinalOutcome, statements: readonly WriteStatement[]): Promise<void> {
+    const { store } = this.#options
+    await this.#landing(async (attempt, committing) => {
+      attempt.status = outcome.status
+      // Sent with its COMMIT: from here on, an error may hide a landed completion.
+      committing(undefined)
+      if (!(await store.completeInFlight(this.#fence, outcome, statements))) throw new LockLostSignal()
+    })
+  }
+
+  /** Runs `run` in a transaction of the store, retried on transient errors (`#landing`). */
   async #inOwnTransaction<T>(run: (tx: Tx, outcome: { status: 'completed' | 'failed' }) => Promise<T>): Promise<T> {
+    const { store } = this.#options
+    return this.#landing((outcome, committing) =>
+      store.transaction(async (tx) => {
+        const result = await run(tx, outcome)
+        committing(result)
+        return result
+      }),
+    )
+  }
+
+  /**
+   * Runs `attempt` until its transaction lands, retrying transient errors (issue 8, path 4).
+   * `attempt` calls `committing` with its value once its COMMIT may be on the way. Such an
+   * attempt's COMMIT may have landed with only its answer lost: the row is read back before
+   * writing again, and before calling a failed fence a take-over.
+   */
+  async #landing<T>(
+    attempt: (outcome: { status: 'completed' | 'failed' }, committing: (value: T) => void) => Promise<T>,
+  ): Promise<T> {
     this.#assertRunning()
     const { store } = this.#options
     const outcome: { status: 'completed' | 'failed' } = { status: 'completed' }
@@ -357,11 +421,7 @@ export class Execution<Tx = unknown> {
       return await this.#retrying('completing in a transaction', async () => {
         if (await landed()) return this.#ended(outcome.status, committing!.value)
         try {
-          const value = await store.transaction(async (tx) => {
-            const result = await run(tx, outcome)
-            committing = { value: result }
-            return result
-          })
+          const value = await attempt(outcome, (result) => (committing = { value: result }))
           return this.#ended(outcome.status, value)
         } catch (error) {
           if (store.isTransientError(error)) ambiguous = true
@@ -427,8 +487,9 @@ export class Execution<Tx = unknown> {
   }
 
   async #finish(outcome: FinalOutcome, options: CompletionOptions<Tx>): Promise<void> {
-    const { tx, writes } = checkCompletionOptions(options)
+    const { tx, writes, statements } = checkCompletionOptions(options)
     if (writes !== undefined) return this.#completeWith(outcome, writes)
+    if (statements !== undefined) return this.#completeInFlight(outcome, statements)
     this.#assertRunning()
     const { store } = this.#options
     this.#finishing = true

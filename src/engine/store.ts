@@ -1,4 +1,4 @@
-import type { ClaimAttempt, ClaimSnapshot, ClaimState, StoredResponse } from './types.js'
+import type { ClaimAttempt, ClaimSnapshot, ClaimState, StoredResponse, WriteStatement } from './types.js'
 
 /** One claim statement: insert the key, or report the row that is there. */
 export interface ClaimRequest {
@@ -122,6 +122,13 @@ export interface IdempotencyStore<Tx = unknown> {
    * caller's open transaction, or one from `transaction`) so it commits with the business rows.
    */
   complete(fence: Fence, outcome: FinalOutcome, tx?: Tx): Promise<boolean>
+  /**
+   * Stores the outcome and `writes` in one transaction of the store's, sent as one flight: BEGIN,
+   * the fenced completion, `writes` in order, COMMIT, none waiting for another's answer (one round
+   * trip where the connection pipelines). A lost fence fails in the database and rolls the writes
+   * back: resolves to `false` then, with nothing committed. A failing write rejects with its error.
+   */
+  completeInFlight(fence: Fence, outcome: FinalOutcome, writes: readonly WriteStatement[]): Promise<boolean>
   /** Runs `work` inside BEGIN … COMMIT on the store's own connection, rolling back on any error. */
   transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>
   /** Deletes a claim nobody can have acted on: the key may be retried as new. */

@@ -98,3 +98,21 @@ export interface ClaimSnapshot {
 
 /** The store's answer to the claim statement: the row was inserted, or here is what is there. */
 export type ClaimAttempt = { kind: 'inserted'; claim: ClaimState } | { kind: 'existing'; snapshot: ClaimSnapshot }
+
+/**
+ * A business write given as one SQL statement instead of a function: `complete` and `fail` send
+ * such writes with the completion in one flight (`CompletionOptions.statements`). `values` are
+ * bound parameters; `name` prepares the statement once per connection.
+ *
+ * @example
+ * ```ts
+ * import type { WriteStatement } from 'oncely'
+ * const insertCharge: WriteStatement = { text: 'INSERT INTO charges (id) VALUES ($1)', values: ['ch_1'] }
+ * await execution.complete(response, { statements: [insertCharge] })
+ * ```
+ */
+export interface WriteStatement {
+  text: string
+  values?: readonly unknown[]
+  name?: string
+}

@@ -4,7 +4,7 @@
  * (Invariants 8 and 13). docs/outbox.md tells the whole story.
  */
 export { createOutbox, enqueue, consume } from './outbox.js'
-export type { Outbox, OutboxOptions } from './outbox.js'
+export type { Outbox, OutboxOptions, PreparedEvent } from './outbox.js'
 export type { OutboxEvent, EnqueuedEvent } from './event.js'
 export type { InboxEntry, ConsumeResult } from './inbox.js'
 export { createRelay } from './relay.js'

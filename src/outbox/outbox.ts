@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto'
-import type { Queryable } from '../store/postgres/executor.js'
+import type { QueryConfig, Queryable } from '../store/postgres/executor.js'
 import { DEFAULT_SCHEMA, quoteSchema } from '../store/postgres/schema-name.js'
 import { bind, buildOutboxStatements, outboxChannel, type OutboxStatements } from '../store/postgres/statements-outbox.js'
 import { invalid } from '../option-validation.js'
-import { checkEvent, type EnqueuedEvent, type OutboxEvent } from './event.js'
+import type { WriteStatement } from '../engine/types.js'
+import { checkEvent, type CheckedEvent, type EnqueuedEvent, type OutboxEvent } from './event.js'
 import { consumeOnce, type ConsumeResult, type InboxEntry } from './inbox.js'
 import { assertInTransaction } from './in-transaction.js'
 import { activeTraceparent } from './trace-context.js'
@@ -24,6 +25,11 @@ export interface OutboxOptions {
   preparedStatements?: boolean
 }
 
+/** An event and the statement that writes it, not yet sent (`Outbox.prepareEnqueue`). */
+export interface PreparedEvent extends EnqueuedEvent {
+  readonly statement: WriteStatement
+}
+
 /** The outbox's write side and the inbox, bound to one schema. */
 export interface Outbox {
   readonly schema: string
@@ -32,6 +38,22 @@ export interface Outbox {
    * with the caller's writes. Refuses a handle outside a transaction (`ONCELY_NOT_IN_TRANSACTION`).
    */
   enqueue(tx: Queryable, event: OutboxEvent): Promise<EnqueuedEvent>
+  /**
+   * The statement that writes `event`, unsent, for a completion that sends its writes as
+   * statements (`execution.complete(response, { statements })`): that runs it inside the
+   * completion's transaction, so the event commits with the completion or not at all (Invariant
+   * 8). Never send it on its own in autocommit: nothing refuses it there.
+   *
+   * @example
+   * ```ts
+   * import { createOutbox } from 'oncely/outbox'
+   * const outbox = createOutbox()
+   * const event = await outbox.prepareEnqueue({ type: 'charge.succeeded', key: 'cus_1', payload: { id } })
+   * const insertCharge = { text: 'INSERT INTO charges (id) VALUES ($1)', values: [id] }
+   * await execution.complete(response, { statements: [insertCharge, event.statement] })
+   * ```
+   */
+  prepareEnqueue(event: OutboxEvent): Promise<PreparedEvent>
   /**
    * Records `(consumer, eventId)` in the consumer's open transaction and runs `handler` in it
    * only when the row is new: a redelivered event changes nothing (Invariant 13).
@@ -68,6 +90,14 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
   const prefix = prepared ? `oncely_${createHash('sha256').update(quoted).digest('hex').slice(0, 8)}` : undefined
   const statements = buildOutboxStatements(quoted, prefix)
   const channel = outboxChannel(schema)
+  const prepare = async (checked: CheckedEvent): Promise<EnqueuedEvent & { statement: QueryConfig }> => {
+    const id = checked.id ?? uuidv7()
+    const traceparent = checked.headers.traceparent ?? (await activeTraceparent())
+    const headers = traceparent === undefined ? checked.headers : { ...checked.headers, traceparent }
+    const values = [id, checked.type, checked.key, checked.payloadText, JSON.stringify(headers), checked.occurredAt.toISOString()]
+    const statement = bind(notify ? statements.enqueueAndNotify : statements.enqueue, notify ? [...values, channel] : values)
+    return { id, type: checked.type, key: checked.key, statement }
+  }
   return Object.freeze({
     schema,
     statements,
@@ -75,14 +105,11 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     async enqueue(tx: Queryable, event: OutboxEvent): Promise<EnqueuedEvent> {
       const checked = checkEvent(event)
       await assertInTransaction(tx, statements, 'enqueue')
-      const id = checked.id ?? uuidv7()
-      const traceparent = checked.headers.traceparent ?? (await activeTraceparent())
-      const headers = traceparent === undefined ? checked.headers : { ...checked.headers, traceparent }
-      const values = [id, checked.type, checked.key, checked.payloadText, JSON.stringify(headers), checked.occurredAt.toISOString()]
-      const statement = notify ? statements.enqueueAndNotify : statements.enqueue
-      await tx.query(bind(statement, notify ? [...values, channel] : values))
-      return { id, type: checked.type, key: checked.key }
+      const { statement, ...enqueued } = await prepare(checked)
+      await tx.query(statement)
+      return enqueued
     },
+    prepareEnqueue: (event: OutboxEvent) => prepare(checkEvent(event)),
     consume: <T>(tx: Queryable, entry: InboxEntry, handler: (tx: Queryable) => Promise<T> | T) => consumeOnce(statements, tx, entry, handler),
   })
 }

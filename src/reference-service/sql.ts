@@ -1,4 +1,4 @@
-import type { Queryable } from '../store/postgres/index.js'
+import type { QueryConfig, Queryable } from '../store/postgres/index.js'
 
 /**
  * The service's own tables, apart from oncely's: the charges it made, and the naive key table the
@@ -84,9 +84,14 @@ export function chargeView(row: ChargeRow): ChargeView {
   }
 }
 
-export async function insertCharge(tx: Queryable, userId: string, key: string | null, charge: ChargeView): Promise<void> {
-  await tx.query({
+/** The charge row's INSERT, unsent: for a completion that sends its writes as statements. */
+export function insertChargeStatement(userId: string, key: string | null, charge: ChargeView): QueryConfig {
+  return {
     text: INSERT_CHARGE,
     values: [charge.id, userId, charge.amount, charge.currency, charge.customer, charge.status, charge.provider_charge, key, charge.created],
-  })
+  }
+}
+
+export async function insertCharge(tx: Queryable, userId: string, key: string | null, charge: ChargeView): Promise<void> {
+  await tx.query(insertChargeStatement(userId, key, charge))
 }

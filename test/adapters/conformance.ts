@@ -308,6 +308,52 @@ export function conformanceSuite(harness: AdapterHarness): void {
       })
     })
 
+    it('commits writeOnCompletion statements with the completion, and statements among functions in their turn', async () => {
+      const [flown, first, second] = [`ch_${randomUUID()}`, `ch_${randomUUID()}`, `ch_${randomUUID()}`]
+      const insert = (id: string) => ({ text: 'INSERT INTO adapter_charges (id) VALUES ($1)', values: [id] })
+      const statements = counted('POST', '/v1/charges', async ({ idempotency }) => {
+        idempotency!.writeOnCompletion(insert(flown))
+        return json(201, { id: flown })
+      })
+      // The statement's row must exist when the function after it runs: registration order holds.
+      const mixed = counted('POST', '/v1/refunds', async ({ idempotency }) => {
+        idempotency!.writeOnCompletion(insert(first))
+        idempotency!.writeOnCompletion(async (tx) => {
+          await tx.query({ text: "INSERT INTO adapter_charges (id) SELECT $1 || '_after' FROM adapter_charges WHERE id = $1", values: [first] })
+        })
+        idempotency!.writeOnCompletion(insert(second))
+        return json(201, { id: first })
+      })
+      await withApp({}, [statements, mixed], async (app) => {
+        expect((await app.request(post('/v1/charges', randomUUID(), { amount: 1 }))).status).toBe(201)
+        expect((await app.request(post('/v1/refunds', randomUUID(), { amount: 1 }))).status).toBe(201)
+        const { rows } = await db.pool.query<{ id: string }>('SELECT id FROM adapter_charges WHERE id = ANY($1) ORDER BY id', [[flown, first, `${first}_after`, second]])
+        expect(rows.map((row) => row.id).sort()).toEqual([flown, first, `${first}_after`, second].sort())
+      })
+    })
+
+    it('rolls writeOnCompletion statements back and answers 409 when the completion lost its fence', async () => {
+      const id = `ch_${randomUUID()}`
+      const started = deferred()
+      const release = deferred()
+      const charges = counted('POST', '/v1/charges', async ({ idempotency }) => {
+        idempotency!.writeOnCompletion({ text: 'INSERT INTO adapter_charges (id) VALUES ($1)', values: [id] })
+        started.resolve()
+        await release.promise
+        return json(201, { id })
+      })
+      await withApp({}, [charges], async (app) => {
+        const key = randomUUID()
+        const pending = app.request(post('/v1/charges', key, { amount: 1 }))
+        await started.promise
+        await db.pool.query(`UPDATE ${table} SET lock_token = gen_random_uuid() WHERE user_id = '1' AND key = $1`, [key])
+        release.resolve()
+        const response = await pending
+        expect(response.status).toBe(409)
+        expect((await db.pool.query('SELECT 1 FROM adapter_charges WHERE id = $1', [id])).rowCount).toBe(0)
+      })
+    })
+
     it('rolls writeOnCompletion rows back and answers 409 when the completion lost its fence', async () => {
       const id = `ch_${randomUUID()}`
       const started = deferred()

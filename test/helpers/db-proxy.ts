@@ -12,9 +12,11 @@ export interface DatabaseProxy {
   /**
    * Once: the next statement whose bytes contain `marker` (a prepared statement's name, or SQL
    * text) reaches the server and runs; its answer is dropped and the connection cut, as when a
-   * connection dies after the commit. Resolves when the cut happened.
+   * connection dies after the commit. Resolves when the cut happened. With `until`, the cut
+   * waits for the first answer whose bytes contain it (dropping all answers before it): for a
+   * pipelined flight, `'COMMIT'` cuts only once its COMMIT has been answered.
    */
-  dropNextAnswerTo(marker: string): Promise<void>
+  dropNextAnswerTo(marker: string, until?: string): Promise<void>
   close(): Promise<void>
 }
 
@@ -27,7 +29,7 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
   const upstreamPort = Number(upstream.port || 5432)
   const sockets = new Set<net.Socket>()
   let down = false
-  let armed: { marker: Buffer; cut: () => void } | undefined
+  let armed: { marker: Buffer; until: Buffer | undefined; cut: () => void } | undefined
   const server = net.createServer((client) => {
     if (down) {
       client.resetAndDestroy()
@@ -46,13 +48,16 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
     client.on('data', (chunk: Buffer) => {
       if (armed && chunk.includes(armed.marker)) {
         dropNext = true
-        const { cut } = armed
+        const { cut, until } = armed
         armed = undefined
-        server.once('data', () => {
+        const cutOnAnswer = (answer: Buffer) => {
+          if (until !== undefined && !answer.includes(until)) return
+          server.off('data', cutOnAnswer)
           client.resetAndDestroy()
           server.destroy()
           cut()
-        })
+        }
+        server.on('data', cutOnAnswer)
       }
       server.write(chunk)
     })
@@ -77,9 +82,9 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
     restore() {
       down = false
     },
-    dropNextAnswerTo(marker: string) {
+    dropNextAnswerTo(marker: string, until?: string) {
       return new Promise<void>((resolve) => {
-        armed = { marker: Buffer.from(marker), cut: resolve }
+        armed = { marker: Buffer.from(marker), until: until === undefined ? undefined : Buffer.from(until), cut: resolve }
       })
     },
     async close() {

@@ -5,7 +5,7 @@ import { userFromAuthorization } from '../auth.js'
 import type { ServiceDeps, ServiceEnv } from '../context.js'
 import { ProviderUnavailableError, type ProviderResult } from '../provider-client.js'
 import { chargeFrom, declined, providerMetadata, providerUnavailable } from '../responses.js'
-import { insertCharge } from '../sql.js'
+import { insertChargeStatement } from '../sql.js'
 import { chargeSucceededEvent } from '../events.js'
 import { isOncelyError } from '../../errors.js'
 import { logKey } from '../../index.js'
@@ -69,11 +69,11 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
         if (isOncelyError(error)) throw error
         deps.log.warn({ route: CHARGES_ROUTE, scope: userId, key: logKey(execution.key) }, `receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
       })
-    // Invariant 8: the event commits with the charge row and the completion, or not at all. Sent
-    // without awaiting each other, so on the pipelining pool they leave in one round trip.
-    guarded.writeOnCompletion(async (tx) => {
-      await Promise.all([insertCharge(tx, userId, execution.key, charge), deps.outbox.enqueue(tx, chargeSucceededEvent(charge))])
-    })
+    // Invariant 8: the event commits with the charge row and the completion, or not at all. Both
+    // given as statements, so on the pipelining pool BEGIN, the completion, the charge row, the
+    // event and COMMIT leave in one round trip (issue 11).
+    guarded.writeOnCompletion(insertChargeStatement(userId, execution.key, charge))
+    guarded.writeOnCompletion((await deps.outbox.prepareEnqueue(chargeSucceededEvent(charge))).statement)
     return c.json(charge, 201)
   }
   // Runs around the guard: once it returns, the completion transaction has committed.

@@ -114,48 +114,104 @@ export async function transaction<T>(
   timeoutMs: number,
   work: (tx: Queryable) => Promise<T>,
 ): Promise<T> {
-  let client: PoolClientLike
-  try {
-    client = await withTimeout(pool.connect(), timeoutMs, 'a connection')
-  } catch (error) {
-    throw isTransientPgError(error) || sqlState(error) === undefined ? classified(error, 'a connection') : error
+  return inTransaction(new WatchedConnection(await checkOut(pool, timeoutMs)), begin, timeoutMs, work)
+}
+
+/**
+ * A checked-out connection and whether it broke. pg's pool stops listening for a checked-out
+ * connection's errors: one that dies mid-transaction would emit an unhandled 'error' and crash
+ * the process. Its queries fail anyway; `broken` notes it, and `giveBack` then has the pool
+ * destroy the connection instead of reusing it.
+ */
+class WatchedConnection {
+  broken: unknown
+  readonly client: PoolClientLike
+  readonly #onError = (error: unknown) => (this.broken ??= error)
+
+  constructor(client: PoolClientLike) {
+    this.client = client
+    ;(client as Partial<Pick<NodeJS.EventEmitter, 'on'>>).on?.('error', this.#onError)
   }
-  let broken: unknown
-  // pg's pool stops listening for a checked-out connection's errors: one that dies mid-transaction
-  // would emit an unhandled 'error' and crash the process. Its queries fail anyway; note it here.
-  const onError = (error: unknown) => (broken ??= error)
-  const events = client as Partial<Pick<NodeJS.EventEmitter, 'on' | 'off'>>
-  events.on?.('error', onError)
-  const tx: Queryable = {
-    async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
-      try {
-        return await client.query<R>(config.query_timeout === undefined ? { ...config, query_timeout: timeoutMs } : config)
-      } catch (error) {
-        if (sqlState(error) === undefined) broken ??= error
-        throw error
-      }
-    },
+
+  /** Sends `config` with the store's timeout unless it has its own; a failure without a SQLSTATE breaks the connection. */
+  async query<R>(config: QueryConfig, timeoutMs: number): Promise<QueryResult<R>> {
+    try {
+      return await this.client.query<R>(config.query_timeout === undefined ? { ...config, query_timeout: timeoutMs } : config)
+    } catch (error) {
+      if (sqlState(error) === undefined) this.broken ??= error
+      throw error
+    }
   }
+
+  giveBack(): void {
+    const { broken } = this
+    this.client.release(broken === undefined ? undefined : broken instanceof Error ? broken : new Error('connection broken'))
+    // A broken connection is being destroyed and may still report errors: it keeps the listener.
+    if (broken === undefined) (this.client as Partial<Pick<NodeJS.EventEmitter, 'off'>>).off?.('error', this.#onError)
+  }
+}
+
+/** `transaction` on a connection already checked out, which it gives back. */
+async function inTransaction<T>(connection: WatchedConnection, begin: string, timeoutMs: number, work: (tx: Queryable) => Promise<T>): Promise<T> {
+  const tx: Queryable = { query: <R>(config: QueryConfig) => connection.query<R>(config, timeoutMs) }
   try {
-    const sent = await sendBegin(tx, { text: begin }, client)
+    const sent = await sendBegin(tx, { text: begin }, connection.client)
     const result = await asOpenTransaction(tx, () => work(tx))
     await sent.answered
     await tx.query({ text: 'COMMIT' })
     return result
   } catch (error) {
-    if (broken === undefined) {
+    if (connection.broken === undefined) {
       try {
-        await client.query({ text: 'ROLLBACK', query_timeout: timeoutMs })
+        await connection.client.query({ text: 'ROLLBACK', query_timeout: timeoutMs })
       } catch (rollbackError) {
-        broken = rollbackError
+        connection.broken = rollbackError
       }
     }
-    if (broken !== undefined) throw connectionFailure(error, 'a transaction')
+    if (connection.broken !== undefined) throw connectionFailure(error, 'a transaction')
     throw error
   } finally {
-    client.release(broken === undefined ? undefined : broken instanceof Error ? broken : new Error('connection broken'))
-    // A broken connection is being destroyed and may still report errors: it keeps the listener.
-    if (broken === undefined) events.off?.('error', onError)
+    connection.giveBack()
+  }
+}
+
+/**
+ * BEGIN, `statements` and COMMIT sent together, without waiting for any answer in between: on a
+ * pipelining connection one round trip for the whole transaction (issue 11). Nothing decides
+ * between them, so a statement that must stop the commit has to fail in the database: any failure
+ * aborts the transaction, every statement behind it fails with 25P02, and the COMMIT answers
+ * ROLLBACK. The first failure in sending order is thrown (the cause; the rest only followed it),
+ * as `ONCELY_STORE_UNAVAILABLE` when the connection broke. Resolves to the statements' results.
+ * On a connection that does not pipeline, the same transaction statement by statement.
+ */
+export async function flight(pool: PoolLike, begin: string, timeoutMs: number, statements: readonly QueryConfig[]): Promise<Array<QueryResult<unknown>>> {
+  const connection = new WatchedConnection(await checkOut(pool, timeoutMs))
+  if (!isPipelining(connection.client)) {
+    return inTransaction(connection, begin, timeoutMs, async (tx) => {
+      const results: Array<QueryResult<unknown>> = []
+      for (const statement of statements) results.push(await tx.query(statement))
+      return results
+    })
+  }
+  try {
+    const sent = [{ text: begin }, ...statements, { text: 'COMMIT' }].map((config) => connection.query<unknown>(config, timeoutMs))
+    const answers = await Promise.allSettled(sent)
+    const failed = answers.find((answer) => answer.status === 'rejected')
+    if (failed === undefined) return answers.slice(1, -1).map((answer) => (answer as PromiseFulfilledResult<QueryResult<unknown>>).value)
+    // Without a SQLSTATE, the connection itself failed: what was sent may or may not have
+    // committed, which the engine finds out by reading its row back.
+    if (connection.broken !== undefined) throw connectionFailure(failed.reason, 'a transaction')
+    throw failed.reason
+  } finally {
+    connection.giveBack()
+  }
+}
+
+async function checkOut(pool: PoolLike, timeoutMs: number): Promise<PoolClientLike> {
+  try {
+    return await withTimeout(pool.connect(), timeoutMs, 'a connection')
+  } catch (error) {
+    throw isTransientPgError(error) || sqlState(error) === undefined ? classified(error, 'a connection') : error
   }
 }
 

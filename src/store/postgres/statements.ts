@@ -43,6 +43,12 @@ export interface HeldRow {
   interrupted: boolean
 }
 
+/**
+ * In the error of `completeInFlight` when the claim was lost: the cast that aborts the flight's
+ * transaction names it, so the store tells a lost fence from the statement's other failures.
+ */
+export const FENCE_LOST_MARKER = 'oncely: the claim was lost before its completion'
+
 /** A statement bound to one schema; `values` are filled in at the call. */
 export type Statement = Required<Pick<QueryConfig, 'text'>> & { name: string | undefined }
 
@@ -55,6 +61,7 @@ export interface Statements {
   markStepStarted: Statement
   renewLease: Statement
   complete: Statement
+  completeInFlight: Statement
   release: Statement
   suspend: Statement
   sweepExpired: Statement
@@ -175,6 +182,24 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
           SET status = $4, response_status = $5, response_headers = $6::jsonb, response_body = $7,
               locked_at = NULL, outcome_error = NULL, updated_at = now()
         WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
+    ),
+    // The same completion for a flight (BEGIN, this, the writes, COMMIT sent together, issue 11):
+    // nothing waits for its row count before the COMMIT, so a lost fence must abort the
+    // transaction itself. The cast of a text that depends on the row count fails only then, with
+    // FENCE_LOST_MARKER in the message (a constant would fail at planning, every time).
+    completeInFlight: named(
+      'complete_in_flight',
+      `WITH done AS (
+         UPDATE ${table}
+            SET status = $4, response_status = $5, response_headers = $6::jsonb, response_body = $7,
+                locked_at = NULL, outcome_error = NULL, updated_at = now()
+          WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'
+          RETURNING 1
+       )
+       SELECT CASE WHEN count(*) = 1 THEN true
+                   ELSE ('${FENCE_LOST_MARKER}: ' || count(*) || ' rows hold the fence; the transaction rolls back')::boolean
+              END AS completed
+         FROM done`,
     ),
     // $1 scope, $2 key, $3 token. Invariant 11: an interrupted claim is never deleted.
     release: named(

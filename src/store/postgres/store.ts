@@ -2,13 +2,13 @@ import { createHash } from 'node:crypto'
 import { OncelyError } from '../../errors.js'
 import { describeKind, invalid, invalidHidden, positiveInteger } from '../../option-validation.js'
 import type { CarriedPhases, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, TakeOverInput } from '../../engine/store.js'
-import type { ClaimAttempt, ClaimSnapshot, ClaimState } from '../../engine/types.js'
+import type { ClaimAttempt, ClaimSnapshot, ClaimState, WriteStatement } from '../../engine/types.js'
 import type { PoolLike, Queryable } from './executor.js'
 import { claimOf, snapshotOf } from './key-rows.js'
-import { isTransientPgError } from './pg-errors.js'
+import { isTransientPgError, sqlState } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
-import { bind, send, transaction } from './statement-runner.js'
-import { buildStatements, type ClaimRow, type HeldRow, type KeyRow, type Statement } from './statements.js'
+import { bind, flight, send, transaction } from './statement-runner.js'
+import { buildStatements, FENCE_LOST_MARKER, type ClaimRow, type HeldRow, type KeyRow, type Statement } from './statements.js'
 
 export interface PostgresStoreOptions {
   /** The pool the store runs on: `pg`'s Pool, or anything with `query` and `connect`. */
@@ -138,6 +138,18 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     },
     async complete(fence: Fence, outcome: FinalOutcome, tx?: Queryable) {
       return fenced(tx ?? pool, sql.complete, fence, completionValues(outcome))
+    },
+    async completeInFlight(fence: Fence, outcome: FinalOutcome, writes: readonly WriteStatement[]) {
+      const completion = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(outcome)])
+      const statements = writes.map((write) => ({ ...write, values: write.values === undefined ? [] : [...write.values] }))
+      try {
+        await flight(pool, begin, timeoutMs, [completion, ...statements])
+        return true
+      } catch (error) {
+        // The completion is the flight's first statement: when it failed, its error is the one thrown.
+        if (sqlState(error) === '22P02' && (error as Error).message.includes(FENCE_LOST_MARKER)) return false
+        throw error
+      }
     },
     async transaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T> {
       return transaction(pool, begin, timeoutMs, work)
