@@ -2,10 +2,11 @@ import type { Handler } from 'hono'
 import type { ServiceDeps, ServiceEnv } from '../context.js'
 import { ProviderUnavailableError } from '../provider-client.js'
 import { chargeFrom, declined, providerMetadata, providerUnavailable } from '../responses.js'
-import { insertCharge } from '../sql.js'
+import { insertChargeStatement } from '../sql.js'
 import { chargeSucceededEvent } from '../events.js'
 import { CHARGES_ROUTE } from '../operations.js'
-import { withTransaction } from '../../store/postgres/index.js'
+import { flight } from '../../store/postgres/statement-runner.js'
+import { DEFAULT_STATEMENT_TIMEOUT_MS } from '../../store/postgres/store.js'
 
 /**
  * NO IDEMPOTENCY (the benchmarks' baseline; never for production). The same business work as
@@ -30,10 +31,10 @@ export function noneRoute(deps: ServiceDeps): Handler<ServiceEnv> {
     await deps.sendReceipt({ customer: input.customer, charge }).catch((error: unknown) => {
       deps.log.warn({ route: CHARGES_ROUTE, scope: userId }, `receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
     })
-    // Written as atomic-phases writes them, without a completion: sent together on the pipelining pool.
-    await withTransaction(deps.pool, async (tx) => {
-      await Promise.all([insertCharge(tx, userId, null, charge), deps.outbox.enqueue(tx, chargeSucceededEvent(charge))])
-    })
+    // Written as atomic-phases writes them, without a completion: BEGIN, the charge row, the
+    // event and COMMIT in one flight, one round trip on the pipelining pool.
+    const event = await deps.outbox.prepareEnqueue(chargeSucceededEvent(charge))
+    await flight(deps.pool, 'BEGIN', DEFAULT_STATEMENT_TIMEOUT_MS, [insertChargeStatement(userId, null, charge), event.statement])
     return c.json(charge, 201)
   }
 }

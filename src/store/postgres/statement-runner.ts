@@ -2,6 +2,7 @@
  * How the store sends its own statements: bound, named when prepared, never waiting forever, and
  * with a lost connection told apart from a statement's own failure.
  */
+import type { WriteStatement } from '../../engine/types.js'
 import { OncelyError } from '../../errors.js'
 import type { PoolClientLike, PoolLike, Queryable, QueryConfig, QueryResult } from './executor.js'
 import { isTransientPgError, sqlState } from './pg-errors.js'
@@ -184,7 +185,8 @@ async function inTransaction<T>(connection: WatchedConnection, begin: string, ti
  * as `ONCELY_STORE_UNAVAILABLE` when the connection broke. Resolves to the statements' results.
  * On a connection that does not pipeline, the same transaction statement by statement.
  */
-export async function flight(pool: PoolLike, begin: string, timeoutMs: number, statements: readonly QueryConfig[]): Promise<Array<QueryResult<unknown>>> {
+export async function flight(pool: PoolLike, begin: string, timeoutMs: number, writes: readonly WriteStatement[]): Promise<Array<QueryResult<unknown>>> {
+  const statements = writes.map(toQueryConfig)
   const connection = new WatchedConnection(await checkOut(pool, timeoutMs))
   if (!isPipelining(connection.client)) {
     return inTransaction(connection, begin, timeoutMs, async (tx) => {
@@ -205,6 +207,13 @@ export async function flight(pool: PoolLike, begin: string, timeoutMs: number, s
   } finally {
     connection.giveBack()
   }
+}
+
+/** A write as `pg` takes it: its own copy of the values. */
+function toQueryConfig(write: WriteStatement): QueryConfig {
+  const config: QueryConfig = { text: write.text, values: write.values === undefined ? [] : [...write.values] }
+  if (write.name !== undefined) config.name = write.name
+  return config
 }
 
 async function checkOut(pool: PoolLike, timeoutMs: number): Promise<PoolClientLike> {

@@ -141,9 +141,8 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     },
     async completeInFlight(fence: Fence, outcome: FinalOutcome, writes: readonly WriteStatement[]) {
       const completion = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(outcome)])
-      const statements = writes.map((write) => ({ ...write, values: write.values === undefined ? [] : [...write.values] }))
       try {
-        await flight(pool, begin, timeoutMs, [completion, ...statements])
+        await flight(pool, begin, timeoutMs, [completion, ...writes])
         return true
       } catch (error) {
         // The completion is the flight's first statement: when it failed, its error is the one thrown.
