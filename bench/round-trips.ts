@@ -54,6 +54,14 @@ export async function roundTripBench(url: string, options: { iterations: number 
       if (decision.kind !== 'execute') throw new Error(`fresh key answered ${decision.kind}`)
       return decision.execution
     }
+    const serviceSteps = async (on: Engine<Queryable>, key: string) => {
+      const decision = await on.begin({ scope: 'u', key, fingerprint })
+      if (decision.kind !== 'execute') throw new Error(`fresh key answered ${decision.kind}`)
+      const execution = decision.execution
+      await execution.step('charge', ({ providerKey }) => ({ id: providerKey.slice(0, 8) }), { commit: 'with-next-write' })
+      await execution.step('receipt', () => true, { delivery: 'at-most-once', commit: 'with-next-write' })
+      return execution
+    }
     const outcomes: Outcome[] = [
       { name: 'replay', budget: 1, run: () => expect('done', fingerprint, 'replay') },
       { name: 'conflict (409)', budget: 1, run: () => expect('running', fingerprint, 'conflict') },
@@ -82,20 +90,30 @@ export async function roundTripBench(url: string, options: { iterations: number 
       },
       {
         // The charge's result rides with the receipt's at-most-once mark, which must commit before
-        // the send; the business row and the event leave with the completion.
-        name: 'fresh: claim + charge + at-most-once receipt + completion with a business row and an event, pipelined (the service)',
+        // the send; the business row and the event leave with the completion, as statements in
+        // one flight with BEGIN and COMMIT.
+        name: 'fresh: claim + charge + at-most-once receipt + completion with a business row and an event as statements, pipelined (the service)',
         budget: 3,
         pipelined: true,
         run: async (engine, i) => {
-          const decision = await engine.begin({ scope: 'u', key: `pipelined-${i}`, fingerprint })
-          if (decision.kind !== 'execute') throw new Error(`fresh key answered ${decision.kind}`)
-          const execution = decision.execution
-          await execution.step('charge', ({ providerKey }) => ({ id: providerKey.slice(0, 8) }), { commit: 'with-next-write' })
-          await execution.step('receipt', () => true, { delivery: 'at-most-once', commit: 'with-next-write' })
+          const execution = await serviceSteps(engine, `pipelined-${i}`)
+          const event = await outbox.prepareEnqueue({ type: 'charge.succeeded', key: 'cus_bench', payload: { i } })
+          await execution.complete(response, {
+            statements: [{ text: `INSERT INTO ${SCHEMA}.business VALUES ($1, $2)`, values: [`p-${i}`, response.body] }, event.statement],
+          })
+        },
+      },
+      {
+        // The same with the writes as a function: the COMMIT waits for the writes' answers.
+        name: 'the same with the writes as a function (writes), pipelined',
+        budget: 3,
+        pipelined: true,
+        run: async (engine, i) => {
+          const execution = await serviceSteps(engine, `pipelined-writes-${i}`)
           await execution.complete(response, {
             writes: async (tx) => {
               await Promise.all([
-                tx.query({ text: `INSERT INTO ${SCHEMA}.business VALUES ($1, $2)`, values: [`p-${i}`, response.body] }),
+                tx.query({ text: `INSERT INTO ${SCHEMA}.business VALUES ($1, $2)`, values: [`w-${i}`, response.body] }),
                 outbox.enqueue(tx, { type: 'charge.succeeded', key: 'cus_bench', payload: { i } }),
               ])
             },
