@@ -131,8 +131,8 @@ export const SERVICE_POOL_SETTINGS = Object.freeze({
   keepAlive: true,
   /**
    * node-postgres sends a transaction's statements without waiting for each answer: the charge's
-   * completion (BEGIN, the fenced completion, the charge row, the event) leaves in one round trip
-   * and its COMMIT in a second (issue 11). Single statements on the pool are unchanged.
+   * completion (BEGIN, the fenced completion, the charge row, the event, COMMIT) leaves in one
+   * round trip (issue 11). Single statements on the pool are unchanged.
    */
   pipeline: true,
 })
