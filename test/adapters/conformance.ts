@@ -332,53 +332,32 @@ export function conformanceSuite(harness: AdapterHarness): void {
       })
     })
 
-    it('rolls writeOnCompletion statements back and answers 409 when the completion lost its fence', async () => {
-      const id = `ch_${randomUUID()}`
-      const started = deferred()
-      const release = deferred()
-      const charges = counted('POST', '/v1/charges', async ({ idempotency }) => {
-        idempotency!.writeOnCompletion({ text: 'INSERT INTO adapter_charges (id) VALUES ($1)', values: [id] })
-        started.resolve()
-        await release.promise
-        return json(201, { id })
-      })
-      await withApp({}, [charges], async (app) => {
-        const key = randomUUID()
-        const pending = app.request(post('/v1/charges', key, { amount: 1 }))
-        await started.promise
-        await db.pool.query(`UPDATE ${table} SET lock_token = gen_random_uuid() WHERE user_id = '1' AND key = $1`, [key])
-        release.resolve()
-        const response = await pending
-        expect(response.status).toBe(409)
-        expect((await db.pool.query('SELECT 1 FROM adapter_charges WHERE id = $1', [id])).rowCount).toBe(0)
-      })
-    })
-
-    it('rolls writeOnCompletion rows back and answers 409 when the completion lost its fence', async () => {
-      const id = `ch_${randomUUID()}`
-      const started = deferred()
-      const release = deferred()
-      const charges = counted('POST', '/v1/charges', async ({ idempotency }) => {
-        idempotency!.writeOnCompletion(async (tx) => {
-          await tx.query({ text: 'INSERT INTO adapter_charges (id) VALUES ($1)', values: [id] })
+    for (const given of ['a function', 'a statement'] as const) {
+      it(`rolls writeOnCompletion rows back and answers 409 when the completion lost its fence (written by ${given})`, async () => {
+        const id = `ch_${randomUUID()}`
+        const started = deferred()
+        const release = deferred()
+        const insert = { text: 'INSERT INTO adapter_charges (id) VALUES ($1)', values: [id] }
+        const charges = counted('POST', '/v1/charges', async ({ idempotency }) => {
+          idempotency!.writeOnCompletion(given === 'a statement' ? insert : async (tx) => void (await tx.query(insert)))
+          started.resolve()
+          await release.promise
+          return json(201, { id })
         })
-        started.resolve()
-        await release.promise
-        return json(201, { id })
+        await withApp({}, [charges], async (app) => {
+          const key = randomUUID()
+          const pending = app.request(post('/v1/charges', key, { amount: 1 }))
+          await started.promise
+          // Another worker took the claim over: the fence token changed under this one.
+          await db.pool.query(`UPDATE ${table} SET lock_token = gen_random_uuid() WHERE user_id = '1' AND key = $1`, [key])
+          release.resolve()
+          const response = await pending
+          expect(response.status).toBe(409)
+          expect(problemOf(response).type).toBe('https://oncely.dev/problems/idempotency-key-in-use')
+          expect((await db.pool.query('SELECT 1 FROM adapter_charges WHERE id = $1', [id])).rowCount).toBe(0)
+        })
       })
-      await withApp({}, [charges], async (app) => {
-        const key = randomUUID()
-        const pending = app.request(post('/v1/charges', key, { amount: 1 }))
-        await started.promise
-        // Another worker took the claim over: the fence token changed under this one.
-        await db.pool.query(`UPDATE ${table} SET lock_token = gen_random_uuid() WHERE user_id = '1' AND key = $1`, [key])
-        release.resolve()
-        const response = await pending
-        expect(response.status).toBe(409)
-        expect(problemOf(response).type).toBe('https://oncely.dev/problems/idempotency-key-in-use')
-        expect((await db.pool.query('SELECT 1 FROM adapter_charges WHERE id = $1', [id])).rowCount).toBe(0)
-      })
-    })
+    }
 
     it('refuses a streamed response with a 500 problem and releases the key', async () => {
       const lines: string[] = []

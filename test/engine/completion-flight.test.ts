@@ -1,10 +1,8 @@
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest, type WriteStatement } from '../../src/index.js'
-import { createOutbox } from '../../src/outbox/index.js'
 import { createPostgresStore, withTransaction } from '../../src/store/postgres/index.js'
-import { countingPool } from '../helpers/counting-pool.js'
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { useChargesDatabase } from '../helpers/completion.js'
 import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
 import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
 
@@ -12,22 +10,10 @@ import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/en
 // writes and COMMIT as one flight: on a pipelining pool the whole completion is one round trip,
 // and a lost fence aborts the transaction in the database, since nothing waits to decide.
 
-let db: TestDatabase
-beforeAll(async () => {
-  db = await createTestDatabase()
-  await db.pool.query('CREATE TABLE charges (id text PRIMARY KEY)')
-})
-afterAll(async () => {
-  await db.close()
-})
+const world = useChargesDatabase()
+const { setup, charges, status } = world
 
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 3 } })
-
-function setup(pipeline: boolean) {
-  const pool = countingPool(db.newPool(4, { pipeline }))
-  const store = createPostgresStore({ pool, schema: db.schema })
-  return { pool, engine: createEngine({ store }), outbox: createOutbox({ schema: db.schema, notify: false }) }
-}
 
 const insertCharge = (id: string): WriteStatement => ({ text: 'INSERT INTO charges (id) VALUES ($1)', values: [id] })
 const verbs = (statements: string[]) => statements.map((s) => s.split(/[ ;]/)[0]!)
@@ -44,19 +30,9 @@ function commits(sent: string[]) {
   return count
 }
 
-async function charges(id: string) {
-  const { rows } = await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM charges WHERE id = $1', [id])
-  return rows[0]!.n
-}
-
 async function events(id: string) {
-  const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema.replaceAll('"', '""')}".outbox WHERE id = $1`, [id])
+  const { rows } = await world.db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${world.db.schema.replaceAll('"', '""')}".outbox WHERE id = $1`, [id])
   return rows[0]!.n
-}
-
-async function status(key: string) {
-  const { rows } = await db.pool.query<{ status: string }>(`SELECT status FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`, [key])
-  return rows[0]?.status
 }
 
 describe('complete(response, { statements }): the completion in one flight', () => {
@@ -105,12 +81,12 @@ describe('complete(response, { statements }): the completion in one flight', () 
 
   for (const pipeline of [true, false]) {
     it(`a claim taken over meanwhile (${pipeline ? 'pipelining' : 'plain'} pool): ONCELY_LOCK_LOST, and the writes roll back`, async () => {
-      const pool = db.newPool(2, { pipeline })
-      const slow = createEngine({ store: createPostgresStore({ pool, schema: db.schema }), staleAfterMs: 60_000 })
+      const pool = world.db.newPool(2, { pipeline })
+      const slow = createEngine({ store: createPostgresStore({ pool, schema: world.db.schema }), staleAfterMs: 60_000 })
       const key = `flight-lost-${pipeline}`
       const old = owned(await slow.begin({ scope: 'u1', key, fingerprint }))
-      await ageClaim(db, 'u1', key)
-      const { engine: taker } = engineOn(db, { staleAfterMs: 1000 })
+      await ageClaim(world.db, 'u1', key)
+      const { engine: taker } = engineOn(world.db, { staleAfterMs: 1000 })
       const held = owned(await taker.begin({ scope: 'u1', key, fingerprint }))
       expect(held.how).toBe('take-over')
       await expect(old.complete(jsonResponse(201, '{}'), { statements: [insertCharge(`ch_lost_${pipeline}`)] })).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
@@ -121,7 +97,7 @@ describe('complete(response, { statements }): the completion in one flight', () 
 
   it('a statement that fails rolls everything back: its own error is the cause, not the 25P02 of the statements behind it', async () => {
     const { engine, outbox } = setup(true)
-    await db.pool.query("INSERT INTO charges (id) VALUES ('ch_flight_taken')")
+    await world.db.pool.query("INSERT INTO charges (id) VALUES ('ch_flight_taken')")
     const execution = owned(await engine.begin({ scope: 'u1', key: 'flight-write-fails', fingerprint }))
     const event = await outbox.prepareEnqueue({ type: 'charge.succeeded', key: 'cus_1', payload: {} })
     const error: unknown = await execution.complete(jsonResponse(201, '{}'), { statements: [insertCharge('ch_flight_taken'), event.statement] }).catch((e: unknown) => e)
@@ -131,13 +107,13 @@ describe('complete(response, { statements }): the completion in one flight', () 
   })
 
   it("a completion held behind another's row lock past lock_timeout: its 55P03 is retried, and the flight lands once", async () => {
-    const pool = db.newPool(2, { pipeline: true })
-    const engine = createEngine({ store: createPostgresStore({ pool, schema: db.schema, lockTimeoutMs: 100 }) })
+    const pool = world.db.newPool(2, { pipeline: true })
+    const engine = createEngine({ store: createPostgresStore({ pool, schema: world.db.schema, lockTimeoutMs: 100 }) })
     const execution = owned(await engine.begin({ scope: 'u1', key: 'flight-locked', fingerprint }))
-    const holder = await db.pool.connect()
+    const holder = await world.db.pool.connect()
     try {
       await holder.query('BEGIN')
-      await holder.query(`SELECT 1 FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = 'flight-locked' FOR UPDATE`)
+      await holder.query(`SELECT 1 FROM ${keyTable(world.db)} WHERE user_id = 'u1' AND key = 'flight-locked' FOR UPDATE`)
       const completing = execution.complete(jsonResponse(201, '{}'), { statements: [insertCharge('ch_flight_locked')] })
       // Long enough for several attempts to time out on the lock (100 ms each).
       await new Promise((resolve) => setTimeout(resolve, 600))
@@ -158,7 +134,7 @@ describe('complete(response, { statements }): the completion in one flight', () 
     await expect(execution.complete(response, { statements: [{ text: 'SELECT 1', values: 'x' }] as never })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION' })
     await expect(execution.complete(response, { statements: [{ text: 'SELECT 1', name: 3 }] as never })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION' })
     await expect(execution.complete(response, { statements: [], writes: async () => undefined })).rejects.toThrow(/^option statements must be left out with tx or writes/)
-    await withTransaction(db.pool, async (tx) => {
+    await withTransaction(world.db.pool, async (tx) => {
       await expect(execution.complete(response, { tx, statements: [] })).rejects.toThrow(/^option statements must be left out with tx or writes/)
     })
     expect(await status('flight-options')).toBe('in_progress')
@@ -170,7 +146,7 @@ describe('a flight whose answer is lost with the connection (issue 8, path 16)',
   let proxy: DatabaseProxy
   let pool: pg.Pool
   beforeAll(async () => {
-    proxy = await startDatabaseProxy(db.url)
+    proxy = await startDatabaseProxy(world.db.url)
     pool = new pg.Pool({ connectionString: proxy.url, max: 3, pipeline: true })
     pool.on('error', () => undefined)
   })
@@ -179,7 +155,7 @@ describe('a flight whose answer is lost with the connection (issue 8, path 16)',
     await proxy.close()
   })
 
-  const engine = () => createEngine({ store: createPostgresStore({ pool, schema: db.schema }), staleAfterMs: 60_000 })
+  const engine = () => createEngine({ store: createPostgresStore({ pool, schema: world.db.schema }), staleAfterMs: 60_000 })
 
   it('after its COMMIT: ends completed with its writes once, the landed flight read back, never sent again', async () => {
     const execution = owned(await engine().begin({ scope: 'u1', key: 'flight-cut', fingerprint }))

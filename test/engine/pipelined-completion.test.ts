@@ -1,49 +1,27 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest } from '../../src/index.js'
 import { createOutbox } from '../../src/outbox/index.js'
 import { createPostgresStore, withTransaction, type Queryable } from '../../src/store/postgres/index.js'
 import { countingPool } from '../helpers/counting-pool.js'
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { useChargesDatabase } from '../helpers/completion.js'
 import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
 
 // Issue 11: the completion with `writes` sends the fenced completion, the business rows and the
 // outbox rows together; on a pipelining pool that is one round trip before the COMMIT.
 
-let db: TestDatabase
-beforeAll(async () => {
-  db = await createTestDatabase()
-  await db.pool.query('CREATE TABLE charges (id text PRIMARY KEY)')
-})
-afterAll(async () => {
-  await db.close()
-})
+const world = useChargesDatabase()
+const { setup, charges, status } = world
 
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1 } })
 
-function setup(pipeline: boolean) {
-  const pool = countingPool(db.newPool(4, { pipeline }))
-  const store = createPostgresStore({ pool, schema: db.schema })
-  return { pool, engine: createEngine({ store }), outbox: createOutbox({ schema: db.schema, notify: false }) }
-}
-
 const insertCharge = (tx: Queryable, id: string) => tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: [id] })
-
-async function charges(id: string) {
-  const { rows } = await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM charges WHERE id = $1', [id])
-  return rows[0]!.n
-}
-
-async function status(key: string) {
-  const { rows } = await db.pool.query<{ status: string }>(`SELECT status FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`, [key])
-  return rows[0]?.status
-}
 
 describe('complete(response, { writes })', () => {
   it('on a pipelining pool: the claim, then BEGIN, completion, charge row and event in one round trip, then the COMMIT', async () => {
     const { pool, engine, outbox } = setup(true)
     // The first enqueue of a process loads @opentelemetry/api (lazily, for the traceparent): a
     // one-time wait that would split the flight. Steady state is what the budget counts.
-    await withTransaction(db.pool, (tx) => outbox.enqueue(tx, { type: 'warm-up', key: 'cus_0', payload: {} }))
+    await withTransaction(world.db.pool, (tx) => outbox.enqueue(tx, { type: 'warm-up', key: 'cus_0', payload: {} }))
     const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-fresh', fingerprint }))
     await execution.complete(jsonResponse(201, '{"id":"ch_pipe"}'), {
       writes: async (tx) => {
@@ -61,7 +39,7 @@ describe('complete(response, { writes })', () => {
 
   it("the service's shape with writes as a function: claim, the receipt's mark carrying the charge, the completion's flight, its COMMIT: four round trips, three commits", async () => {
     const { pool, engine, outbox } = setup(true)
-    await withTransaction(db.pool, (tx) => outbox.enqueue(tx, { type: 'warm-up', key: 'cus_0', payload: {} }))
+    await withTransaction(world.db.pool, (tx) => outbox.enqueue(tx, { type: 'warm-up', key: 'cus_0', payload: {} }))
     const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-service', fingerprint }))
     const charge = await execution.step('charge', ({ providerKey }) => ({ id: `ch_${providerKey.slice(0, 6)}` }), { commit: 'with-next-write' })
     await execution.step('receipt', () => true, { delivery: 'at-most-once', commit: 'with-next-write' })
@@ -93,10 +71,10 @@ describe('complete(response, { writes })', () => {
   })
 
   it('a claim taken over meanwhile: ONCELY_LOCK_LOST, and the writes sent behind the completion roll back', async () => {
-    const { engine: slow } = engineOn(db, { staleAfterMs: 60_000 })
+    const { engine: slow } = engineOn(world.db, { staleAfterMs: 60_000 })
     const old = owned(await slow.begin({ scope: 'u1', key: 'pipe-lost', fingerprint }))
-    await ageClaim(db, 'u1', 'pipe-lost')
-    const taker = owned(await createEngine({ store: createPostgresStore({ pool: db.pool, schema: db.schema }), staleAfterMs: 1000 }).begin({ scope: 'u1', key: 'pipe-lost', fingerprint }))
+    await ageClaim(world.db, 'u1', 'pipe-lost')
+    const taker = owned(await createEngine({ store: createPostgresStore({ pool: world.db.pool, schema: world.db.schema }), staleAfterMs: 1000 }).begin({ scope: 'u1', key: 'pipe-lost', fingerprint }))
     expect(taker.how).toBe('take-over')
     await expect(old.complete(jsonResponse(201, '{}'), { writes: async (tx) => void (await insertCharge(tx, 'ch_lost')) })).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
     expect(await charges('ch_lost')).toBe(0)
@@ -106,7 +84,7 @@ describe('complete(response, { writes })', () => {
 
   it('a write that fails rolls the completion back: ONCELY_OUTCOME_NOT_RECORDED with the cause, the claim released (no step ran)', async () => {
     const { engine } = setup(true)
-    await db.pool.query("INSERT INTO charges (id) VALUES ('ch_taken')")
+    await world.db.pool.query("INSERT INTO charges (id) VALUES ('ch_taken')")
     const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-write-fails', fingerprint }))
     const error: unknown = await execution.complete(jsonResponse(201, '{}'), { writes: async (tx) => void (await insertCharge(tx, 'ch_taken')) }).catch((e: unknown) => e)
     expect(error).toMatchObject({ code: 'ONCELY_OUTCOME_NOT_RECORDED' })
@@ -116,13 +94,13 @@ describe('complete(response, { writes })', () => {
   })
 
   it("a completion held behind another's row lock past lock_timeout: its 55P03, not the writes' 25P02, is thrown, so the transaction is retried and lands once", async () => {
-    const pool = db.newPool(4, { pipeline: true })
-    const engine = createEngine({ store: createPostgresStore({ pool, schema: db.schema, lockTimeoutMs: 100 }) })
+    const pool = world.db.newPool(4, { pipeline: true })
+    const engine = createEngine({ store: createPostgresStore({ pool, schema: world.db.schema, lockTimeoutMs: 100 }) })
     const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-locked', fingerprint }))
-    const holder = await db.pool.connect()
+    const holder = await world.db.pool.connect()
     try {
       await holder.query('BEGIN')
-      await holder.query(`SELECT 1 FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = 'pipe-locked' FOR UPDATE`)
+      await holder.query(`SELECT 1 FROM ${keyTable(world.db)} WHERE user_id = 'u1' AND key = 'pipe-locked' FOR UPDATE`)
       const completing = execution.complete(jsonResponse(201, '{}'), { writes: async (tx) => void (await insertCharge(tx, 'ch_locked')) })
       // Long enough for several attempts to time out on the lock (100 ms each).
       await new Promise((resolve) => setTimeout(resolve, 600))
@@ -139,7 +117,7 @@ describe('complete(response, { writes })', () => {
   it('refuses tx and writes together, and writes that is not a function', async () => {
     const { engine } = setup(false)
     const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-options', fingerprint }))
-    await withTransaction(db.pool, async (tx) => {
+    await withTransaction(world.db.pool, async (tx) => {
       await expect(execution.complete(jsonResponse(201, '{}'), { tx, writes: async () => undefined })).rejects.toThrow(/^option writes must be left out with tx/)
     })
     await expect(execution.complete(jsonResponse(201, '{}'), { writes: 'INSERT' as never })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION' })
@@ -150,8 +128,8 @@ describe('complete(response, { writes })', () => {
 
 describe('the outbox in a transaction the store did not open', () => {
   it('still asks with a SAVEPOINT, and refuses a pool outside a transaction', async () => {
-    const pool = countingPool(db.newPool(2))
-    const outbox = createOutbox({ schema: db.schema, notify: false })
+    const pool = countingPool(world.db.newPool(2))
+    const outbox = createOutbox({ schema: world.db.schema, notify: false })
     const client = await pool.connect()
     try {
       await client.query({ text: 'BEGIN' })
