@@ -1,6 +1,6 @@
 import { decide } from '../engine/decide.js'
 import type { ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, TakeOverInput } from '../engine/store.js'
-import type { ClaimAttempt, ClaimSnapshot, ClaimState } from '../engine/types.js'
+import type { ClaimAttempt, ClaimSnapshot, ClaimState, WriteStatement } from '../engine/types.js'
 import type { RedisCache } from './cache.js'
 import type { CacheEntry } from './entry.js'
 
@@ -117,6 +117,20 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
       if (ours) ours.push({ fence, outcome })
       // In the caller's own transaction the commit is still to come, or may never: evict.
       else await letGo(fence, true)
+      return true
+    },
+    async completeInFlight(fence: Fence, outcome: FinalOutcome, writes: readonly WriteStatement[]) {
+      let done: boolean
+      try {
+        done = await store.completeInFlight(fence, outcome, writes)
+      } catch (error) {
+        // Rolled back, or unknown (a lost COMMIT answer): an in-flight entry may now be wrong.
+        await letGo(fence, true)
+        throw error
+      }
+      if (!done) return letGo(fence, false)
+      // Committed with its COMMIT: the settled entry replaces any in-flight one.
+      await announce(fence, outcome)
       return true
     },
     async transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T> {

@@ -5,6 +5,7 @@ import { encodeEntry } from '../../src/redis/entry.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { keyTable } from '../helpers/engine.js'
 import { startRedisProxy, type RedisProxy } from './support/redis-proxy.js'
 import { REDIS_ADDRESS, redisForTests, testRedis } from './support/test-redis.js'
 
@@ -104,6 +105,37 @@ describe.skipIf(!availability.run)('withRedisCache', () => {
       expect(next.execution.how).toBe('take-over')
       await next.execution.complete(response)
     }
+  })
+
+  it('a completion in one flight (statements) replaces the in-flight entry: a replay from Redis, never a 409', async () => {
+    const key = newKey()
+    const owner = await begin(engine, key)
+    if (owner.kind !== 'execute') throw new Error(owner.kind)
+    expect((await begin(engine, key)).kind).toBe('conflict')
+    await owner.execution.complete(response, { statements: [{ text: 'SELECT 1' }] })
+    counter.reset()
+    expect((await begin(engine, key)).kind).toBe('replay')
+    expect(counter.statements).toEqual([])
+    expect(await truth(key)).toBe('replay')
+  })
+
+  it('a flight that lost its fence or failed: the cached answer stays PostgreSQL\'s (a failed one evicted)', async () => {
+    const lost = newKey()
+    const owner = await begin(engine, lost)
+    if (owner.kind !== 'execute') throw new Error(owner.kind)
+    expect((await begin(engine, lost)).kind).toBe('conflict')
+    // Another worker's token now holds the row: this owner's flight rolls back.
+    await db.pool.query(`UPDATE ${keyTable(db)} SET lock_token = gen_random_uuid() WHERE user_id = 'u1' AND key = $1`, [lost])
+    await expect(owner.execution.complete(response, { statements: [] })).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+    // Still running under the other token: the in-flight answer is PostgreSQL's too.
+    expect([(await begin(engine, lost)).kind, await truth(lost)]).toEqual(['conflict', 'conflict'])
+    const failing = newKey()
+    const second = await begin(engine, failing)
+    if (second.kind !== 'execute') throw new Error(second.kind)
+    expect((await begin(engine, failing)).kind).toBe('conflict')
+    await expect(second.execution.complete(response, { statements: [{ text: 'SELECT 1 / 0' }] })).rejects.toMatchObject({ code: 'ONCELY_OUTCOME_NOT_RECORDED' })
+    expect(await cache.read('u1', failing)).toBeUndefined()
+    expect(await truth(failing)).toBe('execute')
   })
 
   it('a completion inside the caller\'s transaction evicts the key: nothing cached before its commit', async () => {
