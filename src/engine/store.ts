@@ -75,7 +75,9 @@ export interface FinalOutcome {
  *
  * Completion is one idea: one fenced statement, `complete`, run on the store's own connection or
  * inside a transaction, the caller's (`tx`) or one the store opens (`transaction`), so business
- * rows and the completion commit together (Invariant 8).
+ * rows and the completion commit together (Invariant 8). `completeInFlight` is the same statement
+ * in a transaction sent whole, its writes given as statements, where the fence is checked in
+ * the database because nothing waits for the row count before the COMMIT.
  */
 export interface IdempotencyStore<Tx = unknown> {
   /** Inserts a new claim, or returns a snapshot of the row that is there (Invariant 1). */
