@@ -106,6 +106,15 @@ describe('complete(response, { statements }): the completion in one flight', () 
     expect({ event: await events(event.id), key: await status('flight-write-fails'), state: execution.state }).toEqual({ event: 0, key: undefined, state: 'released' })
   })
 
+  it("a write that fails with the fence check's own SQLSTATE (22P02, invalid input) is the write's failure, not a lost claim", async () => {
+    const { engine } = setup(true)
+    const execution = owned(await engine.begin({ scope: 'u1', key: 'flight-bad-input', fingerprint }))
+    const error: unknown = await execution.complete(jsonResponse(201, '{}'), { statements: [{ text: 'SELECT $1::int', values: ['not a number'] }] }).catch((e: unknown) => e)
+    expect(error).toMatchObject({ code: 'ONCELY_OUTCOME_NOT_RECORDED' })
+    expect((error as Error).cause).toMatchObject({ code: '22P02' })
+    expect(await status('flight-bad-input')).toBeUndefined()
+  })
+
   it("a completion held behind another's row lock past lock_timeout: its 55P03 is retried, and the flight lands once", async () => {
     const pool = world.db.newPool(2, { pipeline: true })
     const engine = createEngine({ store: createPostgresStore({ pool, schema: world.db.schema, lockTimeoutMs: 100 }) })

@@ -7,8 +7,13 @@ export interface DatabaseProxy {
   readonly url: string
   /** Cuts every open connection and refuses new ones, as a database restart does. */
   cut(): void
-  /** Accepts connections again. */
+  /** Accepts connections again, and forwards answers again after `stall`. */
   restore(): void
+  /**
+   * Keeps every connection open but forwards no answer from the server: a database that stopped
+   * answering without closing anything (only a client-side timeout notices).
+   */
+  stall(): void
   /**
    * Once: the next statement whose bytes contain `marker` (a prepared statement's name, or SQL
    * text) reaches the server and runs; its answer is dropped and the connection cut, as when a
@@ -29,6 +34,7 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
   const upstreamPort = Number(upstream.port || 5432)
   const sockets = new Set<net.Socket>()
   let down = false
+  let stalled = false
   let armed: { marker: Buffer; until: Buffer | undefined; cut: () => void } | undefined
   const server = net.createServer((client) => {
     if (down) {
@@ -62,7 +68,7 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
       server.write(chunk)
     })
     server.on('data', (chunk: Buffer) => {
-      if (!dropNext) client.write(chunk)
+      if (!dropNext && !stalled) client.write(chunk)
     })
     client.on('close', () => server.destroy())
     server.on('close', () => client.destroy())
@@ -81,6 +87,10 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
     },
     restore() {
       down = false
+      stalled = false
+    },
+    stall() {
+      stalled = true
     },
     dropNextAnswerTo(marker: string, until?: string) {
       return new Promise<void>((resolve) => {

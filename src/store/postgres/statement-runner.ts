@@ -183,18 +183,12 @@ async function inTransaction<T>(connection: WatchedConnection, begin: string, ti
  * aborts the transaction, every statement behind it fails with 25P02, and the COMMIT answers
  * ROLLBACK. The first failure in sending order is thrown (the cause; the rest only followed it),
  * as `ONCELY_STORE_UNAVAILABLE` when the connection broke. Resolves to the statements' results.
- * On a connection that does not pipeline, the same transaction statement by statement.
+ * A connection that does not pipeline queues them and sends each once the one before has
+ * answered: the same transaction, one round trip a statement.
  */
 export async function flight(pool: PoolLike, begin: string, timeoutMs: number, writes: readonly WriteStatement[]): Promise<Array<QueryResult<unknown>>> {
   const statements = writes.map(toQueryConfig)
   const connection = new WatchedConnection(await checkOut(pool, timeoutMs))
-  if (!isPipelining(connection.client)) {
-    return inTransaction(connection, begin, timeoutMs, async (tx) => {
-      const results: Array<QueryResult<unknown>> = []
-      for (const statement of statements) results.push(await tx.query(statement))
-      return results
-    })
-  }
   try {
     const sent = [{ text: begin }, ...statements, { text: 'COMMIT' }].map((config) => connection.query<unknown>(config, timeoutMs))
     const answers = await Promise.allSettled(sent)

@@ -1,0 +1,104 @@
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { flight, isPipelining, transaction } from '../../src/store/postgres/statement-runner.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+
+// Issue 11: the store's transactions sent whole (`flight`) and statement by statement
+// (`transaction`) on the connections they check out: the store's timeout on every statement, a
+// broken connection never given back to the pool, no listener left behind.
+
+let db: TestDatabase
+let proxy: DatabaseProxy
+beforeAll(async () => {
+  db = await createTestDatabase()
+  await db.pool.query('CREATE TABLE marks (id text PRIMARY KEY)')
+  proxy = await startDatabaseProxy(db.url)
+})
+afterAll(async () => {
+  await proxy.close()
+  await db.close()
+})
+
+const mark = (id: string) => ({ text: 'INSERT INTO marks (id) VALUES ($1)', values: [id] })
+
+async function marked(id: string) {
+  return (await db.pool.query('SELECT 1 FROM marks WHERE id = $1', [id])).rowCount
+}
+
+describe('isPipelining', () => {
+  it('is true only for a connection made with pipeline: true', () => {
+    expect([isPipelining({ pipeline: true }), isPipelining({ pipeline: 'true' }), isPipelining({}), isPipelining(null), isPipelining(undefined), isPipelining('pipeline')]).toEqual([
+      true,
+      false,
+      false,
+      false,
+      false,
+      false,
+    ])
+  })
+})
+
+describe('a flight', () => {
+  for (const pipeline of [true, false]) {
+    it(`commits its statements in order (${pipeline ? 'pipelining' : 'queued by a plain'} connection) and resolves to their results`, async () => {
+      const pool = db.newPool(1, { pipeline })
+      const results = await flight(pool, 'BEGIN', 5000, [mark(`in-order-${pipeline}`), { text: 'SELECT count(*)::int AS n FROM marks WHERE id = $1', values: [`in-order-${pipeline}`] }])
+      expect(results.map((result) => result.rows)).toEqual([[], [{ n: 1 }]])
+    })
+  }
+
+  for (const pipeline of [true, false]) {
+    it(`a database that stops answering (${pipeline ? 'pipelining' : 'plain'} connection): ONCELY_STORE_UNAVAILABLE after the store timeout, and the connection is destroyed, never reused`, async () => {
+      const pool = new pg.Pool({ connectionString: proxy.url, max: 1, pipeline })
+      pool.on('error', () => undefined)
+      try {
+        await pool.query('SELECT 1')
+        proxy.stall()
+        await expect(flight(pool, 'BEGIN', 300, [mark('stalled')])).rejects.toMatchObject({ code: 'ONCELY_STORE_UNAVAILABLE' })
+        expect(pool.totalCount).toBe(0)
+      } finally {
+        proxy.restore()
+        await pool.end()
+      }
+    })
+  }
+
+  it("a transaction keeps a statement's own query_timeout over the store's", async () => {
+    // Not pipelining: BEGIN is answered before the work runs, and only then the answers stop.
+    const pool = new pg.Pool({ connectionString: proxy.url, max: 1 })
+    pool.on('error', () => undefined)
+    let startedAt = 0
+    try {
+      await expect(
+        transaction(pool, 'BEGIN', 100, async (tx) => {
+          proxy.stall()
+          startedAt = performance.now()
+          await tx.query({ text: 'SELECT 1', query_timeout: 800 })
+        }),
+      ).rejects.toMatchObject({ code: 'ONCELY_STORE_UNAVAILABLE' })
+      // A lower bound only: the store's 100 ms would have ended it long before.
+      expect(performance.now() - startedAt).toBeGreaterThanOrEqual(700)
+    } finally {
+      proxy.restore()
+      await pool.end()
+    }
+  })
+
+  it('leaves no error listener behind on a connection it gives back', async () => {
+    const pool = db.newPool(1, { pipeline: true })
+    const listeners = async () => {
+      const client = await pool.connect()
+      const count = client.listenerCount('error')
+      client.release()
+      return count
+    }
+    const before = await listeners()
+    for (let i = 0; i < 12; i++) {
+      await flight(pool, 'BEGIN', 5000, [mark(`listener-${i}`)])
+      await transaction(pool, 'BEGIN', 5000, async (tx) => void (await tx.query(mark(`listener-tx-${i}`))))
+    }
+    expect(await listeners()).toBe(before)
+    expect(await marked('listener-11')).toBe(1)
+  })
+})
