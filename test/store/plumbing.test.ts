@@ -1,7 +1,7 @@
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import { openRaceServer } from '../../src/cli/race/database-server.js'
-import { withTransaction, type PoolClientLike, type PoolLike } from '../../src/store/postgres/index.js'
+import { withTransaction, type PoolClientLike, type PoolLike, type QueryConfig, type QueryResult } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 
 // The store's plumbing, in process: withTransaction's commit, rollback and connection hand-back,
@@ -23,7 +23,10 @@ function recordingReleases(pool: pg.Pool): PoolLike & { releases: Array<boolean 
   const releases: Array<boolean | Error | undefined> = []
   return {
     releases,
-    query: (config) => pool.query(config),
+    async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
+      const result: QueryResult<unknown> = await pool.query(config)
+      return result as QueryResult<R>
+    },
     async connect(): Promise<PoolClientLike> {
       const client = await pool.connect()
       // A connection killed under a test reports it here too, as well as to the query it failed.
