@@ -1,0 +1,363 @@
+import { randomUUID } from 'node:crypto'
+import { subscribe, unsubscribe } from 'node:diagnostics_channel'
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { GuardedExecution, resolveAdapterOptions, type AdapterOptions, type CapturedResponse, type HttpAnswer, type OutcomeEvent } from '../../src/adapters/http.js'
+import { createEngine, fingerprintRequest, type Engine, type EngineOptions, type Execution } from '../../src/index.js'
+import type { LogFields } from '../../src/ops/logger.js'
+import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { countingPool } from '../helpers/counting-pool.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { deferred } from '../helpers/deferred.js'
+import { ageClaim, engineOn, keyTable, owned } from '../helpers/engine.js'
+import { startOutageProxy } from './support/outage-proxy.js'
+
+// The completion rule of docs/adapters.md, driven through GuardedExecution itself: what a
+// captured response becomes in the database, on the wire, in `onOutcome` and in the log.
+
+let db: TestDatabase
+let engine: Engine<Queryable>
+beforeAll(async () => {
+  db = await createTestDatabase()
+  engine = engineOn(db, { staleAfterMs: 30_000 }).engine
+  await db.pool.query('CREATE TABLE guarded_charges (id text PRIMARY KEY)')
+})
+afterAll(async () => {
+  await db.close()
+})
+
+interface Line {
+  level: 'info' | 'warn' | 'error'
+  fields: LogFields
+  message: string
+}
+
+const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1 } })
+const ROUTE = { route: 'POST /v1/charges' }
+
+/** Adapter options on `on`, with the log lines and the outcome events kept for the assertions. */
+function adapter(on: Engine<Queryable> = engine, extra: Partial<AdapterOptions<never, Queryable>> = {}) {
+  const lines: Line[] = []
+  const events: OutcomeEvent[] = []
+  const log = {
+    info: (fields: LogFields, message: string) => void lines.push({ level: 'info', fields, message }),
+    warn: (fields: LogFields, message: string) => void lines.push({ level: 'warn', fields, message }),
+    error: (fields: LogFields, message: string) => void lines.push({ level: 'error', fields, message }),
+  }
+  const options = resolveAdapterOptions<never, Queryable>({ engine: on, scope: 'global', log, onOutcome: (event) => events.push(event), ...extra })
+  return { options, lines, events }
+}
+
+async function claim(on: Engine<Queryable> = engine, key: string = randomUUID()): Promise<Execution<Queryable>> {
+  return owned(await on.begin({ scope: 'u1', key, fingerprint }))
+}
+
+const sent = (status: number, body = `{"status":${status}}`): CapturedResponse => ({
+  kind: 'response',
+  status,
+  headers: [['content-type', 'application/json']],
+  body: Buffer.from(body),
+})
+
+async function row(key: string) {
+  const { rows } = await db.pool.query<{ status: string; response_status: number | null; lock_token: string | null }>(
+    `SELECT status, response_status, lock_token::text FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+    [key],
+  )
+  return rows[0]
+}
+
+function problemOf(answer: HttpAnswer | null) {
+  if (answer === null) throw new Error('expected a replacement answer')
+  return {
+    status: answer.status,
+    headers: answer.headers,
+    body: JSON.parse(Buffer.from(answer.body).toString('utf8')) as { type: string; title: string; status: number; detail: string; instance: string; retryable: boolean },
+  }
+}
+
+const charges = async (id: string) => (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM guarded_charges WHERE id = $1', [id])).rows[0]?.n
+
+describe('GuardedExecution: what a captured response is stored as', () => {
+  it('stores a success as completed and sends it as it is; reports created with the time the guard took', async () => {
+    const { options, events, lines } = adapter()
+    const execution = await claim()
+    const startedAt = performance.now()
+    const guard = new GuardedExecution(options, execution, startedAt, ROUTE)
+    expect(await guard.settle(sent(201))).toBeNull()
+    const elapsed = performance.now() - startedAt
+    expect(await row(execution.key)).toMatchObject({ status: 'completed', response_status: 201 })
+    expect(events).toHaveLength(1)
+    expect(events[0]).toMatchObject({ outcome: 'created', status: 201 })
+    expect(events[0]).not.toHaveProperty('instance')
+    expect(events[0]!.durationMs).toBeGreaterThanOrEqual(0)
+    expect(events[0]!.durationMs).toBeLessThanOrEqual(elapsed)
+    expect(lines).toEqual([])
+  })
+
+  it('stores a 400 after a possible side effect as failed, to be replayed, and reports it failed', async () => {
+    const { options, events } = adapter()
+    const execution = await claim()
+    await execution.step('charge', async () => ({ id: 'ch_1' }))
+    const guard = new GuardedExecution(options, execution, performance.now(), ROUTE)
+    expect(await guard.settle(sent(400))).toBeNull()
+    expect(await row(execution.key)).toMatchObject({ status: 'failed', response_status: 400 })
+    expect(events.map((event) => [event.outcome, event.status])).toEqual([['failed', 400]])
+    const replay = await engine.begin({ scope: 'u1', key: execution.key, fingerprint })
+    expect(replay.kind).toBe('replay')
+  })
+
+  it('commits writeOnCompletion rows with a stored success and with a stored failure', async () => {
+    for (const [status, stored] of [
+      [201, 'completed'],
+      [402, 'failed'],
+    ] as const) {
+      const { options } = adapter()
+      const execution = await claim()
+      await execution.step('charge', async () => ({ id: 'ch' }))
+      const guard = new GuardedExecution(options, execution, performance.now(), ROUTE)
+      const id = `ch_${status}_${execution.key}`
+      guard.context.writeOnCompletion(async (tx) => {
+        await tx.query({ text: 'INSERT INTO guarded_charges (id) VALUES ($1)', values: [id] })
+      })
+      expect(await guard.settle(sent(status))).toBeNull()
+      expect(await row(execution.key)).toMatchObject({ status: stored, response_status: status })
+      expect(await charges(id)).toBe(1)
+    }
+  })
+
+  it('without writeOnCompletion work the completion is one statement, with it a transaction', async () => {
+    const pool = countingPool(db.newPool(2))
+    const counted = createEngine({ store: createPostgresStore({ pool, schema: db.schema }), staleAfterMs: 30_000 })
+    const { options } = adapter(counted)
+
+    const alone = await claim(counted)
+    pool.reset()
+    await new GuardedExecution(options, alone, performance.now(), ROUTE).settle(sent(201))
+    expect(pool.statements.filter((text) => text.startsWith('BEGIN'))).toEqual([])
+    expect(pool.roundTrips()).toBe(1)
+    expect(await row(alone.key)).toMatchObject({ status: 'completed' })
+
+    const withWrites = await claim(counted)
+    const guard = new GuardedExecution(options, withWrites, performance.now(), ROUTE)
+    guard.context.writeOnCompletion(async (tx) => {
+      await tx.query({ text: 'INSERT INTO guarded_charges (id) VALUES ($1)', values: [`ch_tx_${withWrites.key}`] })
+    })
+    pool.reset()
+    await guard.settle(sent(201))
+    expect(pool.statements.filter((text) => text.startsWith('BEGIN'))).toHaveLength(1)
+    expect(pool.statements).toContain('COMMIT')
+    expect(await charges(`ch_tx_${withWrites.key}`)).toBe(1)
+  })
+
+  it('stores a body of exactly maxStoredBodyBytes; one byte more is answered 500 not replayable and the key is released', async () => {
+    const { options, events, lines } = adapter(engine, { maxStoredBodyBytes: 10 })
+    const fits = await claim()
+    expect(await new GuardedExecution(options, fits, performance.now(), ROUTE).settle(sent(200, '0123456789'))).toBeNull()
+    expect(await row(fits.key)).toMatchObject({ status: 'completed', response_status: 200 })
+
+    const tooLarge = await claim()
+    const answer = problemOf(await new GuardedExecution(options, tooLarge, performance.now(), ROUTE).settle(sent(200, '0123456789A')))
+    expect(answer.status).toBe(500)
+    expect(answer.body).toMatchObject({
+      type: 'https://oncely.dev/problems/response-not-replayable',
+      title: 'Response not replayable',
+      detail: 'the 200 response has 11 bytes, more than maxStoredBodyBytes (10), so it cannot be stored and replayed',
+      retryable: false,
+    })
+    expect(await row(tooLarge.key)).toBeUndefined()
+    // The event and the log line carry the problem's instance, so a support request finds both.
+    expect(events.at(-1)).toEqual({ outcome: 'failed', status: 500, durationMs: expect.any(Number) as unknown, instance: answer.body.instance })
+    expect(lines).toEqual([
+      { level: 'error', fields: expect.objectContaining({ ...ROUTE, code: 'ONCELY_RESPONSE_NOT_REPLAYABLE', instance: answer.body.instance }) as unknown, message: `oncely: ${answer.body.detail}` },
+    ])
+  })
+
+  it('answers a streamed response 500 not replayable, naming the fix, and releases the key', async () => {
+    const { options } = adapter()
+    const execution = await claim()
+    const answer = problemOf(await new GuardedExecution(options, execution, performance.now(), ROUTE).settle({ kind: 'streamed', status: 200 }))
+    expect(answer.body).toMatchObject({
+      status: 500,
+      detail: 'this route streamed its response, which cannot be stored and replayed; send a complete body on routes that need an Idempotency-Key',
+    })
+    expect(await row(execution.key)).toBeUndefined()
+  })
+
+  it('settles once: a later call resolves to null, writes nothing and reports nothing', async () => {
+    const { options, events } = adapter()
+    const execution = await claim()
+    const guard = new GuardedExecution(options, execution, performance.now(), ROUTE)
+    expect(guard.settled).toBe(false)
+    expect(await guard.settle(sent(201, '{"first":true}'))).toBeNull()
+    expect(guard.settled).toBe(true)
+    expect(await guard.settle(sent(500, '{"second":true}'))).toBeNull()
+    expect(events.map((event) => [event.outcome, event.status])).toEqual([['created', 201]])
+    expect(await row(execution.key)).toMatchObject({ status: 'completed', response_status: 201 })
+  })
+
+  it('an onOutcome that throws is logged as an error with the request fields; the answer stands', async () => {
+    const { options, lines } = adapter(engine, {
+      onOutcome: () => {
+        throw new Error('metrics down')
+      },
+    })
+    const execution = await claim()
+    const guard = new GuardedExecution(options, execution, performance.now(), ROUTE)
+    expect(await guard.settle(sent(201))).toBeNull()
+    expect(lines).toEqual([{ level: 'error', fields: guard.logFields, message: 'oncely: onOutcome threw: Error: metrics down' }])
+    expect(await row(execution.key)).toMatchObject({ status: 'completed' })
+  })
+
+  it('a handler that ended its execution itself: its response is sent as it is, nothing more is written or logged, even when it then throws', async () => {
+    const { options, events, lines } = adapter()
+    const completed = await claim()
+    await completed.complete({ status: 201, headers: [], body: Buffer.from('{"own":true}') })
+    expect(await new GuardedExecution(options, completed, performance.now(), ROUTE).settle(sent(202))).toBeNull()
+
+    const thrown = await claim()
+    await thrown.complete({ status: 201, headers: [], body: Buffer.from('{"own":true}') })
+    expect(await new GuardedExecution(options, thrown, performance.now(), ROUTE).settle({ kind: 'thrown', error: new Error('after completing') })).toBeNull()
+
+    expect(events.map((event) => [event.outcome, event.status])).toEqual([
+      ['created', 202],
+      ['failed', 500],
+    ])
+    expect(lines).toEqual([])
+    expect(await row(completed.key)).toMatchObject({ status: 'completed', response_status: 201 })
+    expect(await row(thrown.key)).toMatchObject({ status: 'completed', response_status: 201 })
+  })
+})
+
+describe('GuardedExecution: a completion that does not land', () => {
+  it('a claim taken over while the handler ran: 409 telling the client to retry, its writes not committed', async () => {
+    const { options, events } = adapter()
+    const execution = await claim()
+    await ageClaim(db, 'u1', execution.key)
+    const takeOver = await engine.begin({ scope: 'u1', key: execution.key, fingerprint })
+    expect(takeOver.kind).toBe('execute')
+    const guard = new GuardedExecution(options, execution, performance.now(), ROUTE)
+    const id = `ch_lost_${execution.key}`
+    guard.context.writeOnCompletion(async (tx) => {
+      await tx.query({ text: 'INSERT INTO guarded_charges (id) VALUES ($1)', values: [id] })
+    })
+    const answer = problemOf(await guard.settle(sent(201)))
+    expect(answer.status).toBe(409)
+    expect(answer.headers).toContainEqual(['retry-after', '1'])
+    expect(answer.body).toMatchObject({ retryable: true, detail: 'another request took this Idempotency-Key over while it was processed; retry to get its outcome' })
+    expect(events.map((event) => [event.outcome, event.status])).toEqual([['conflict', 409]])
+    expect(await charges(id)).toBe(0)
+    if (takeOver.kind === 'execute') await takeOver.execution.suspend()
+  })
+
+  it('a handler that throws after its claim was taken over: the release finds it gone and logs nothing', async () => {
+    const { options, lines, events } = adapter()
+    const execution = await claim()
+    await ageClaim(db, 'u1', execution.key)
+    const takeOver = await engine.begin({ scope: 'u1', key: execution.key, fingerprint })
+    expect(await new GuardedExecution(options, execution, performance.now(), ROUTE).settle({ kind: 'thrown', error: new Error('boom') })).toBeNull()
+    expect(lines).toEqual([])
+    expect(events.map((event) => [event.outcome, event.status])).toEqual([['failed', 500]])
+    expect(await row(execution.key)).toMatchObject({ status: 'in_progress' })
+    if (takeOver.kind === 'execute') await takeOver.execution.suspend()
+  })
+
+  it('a write that fails the same way every time: 500 outcome not recorded, not retryable, logged with its code and instance', async () => {
+    const { options, lines, events } = adapter()
+    const execution = await claim()
+    await execution.step('charge', async () => ({ id: 'ch' }))
+    const guard = new GuardedExecution(options, execution, performance.now(), ROUTE)
+    guard.context.writeOnCompletion(async (tx) => {
+      await tx.query({ text: 'INSERT INTO no_such_table (id) VALUES ($1)', values: ['x'] })
+    })
+    const answer = problemOf(await guard.settle(sent(201)))
+    expect(answer.status).toBe(500)
+    expect(answer.body).toMatchObject({
+      type: 'https://oncely.dev/problems/outcome-not-recorded',
+      title: 'Outcome not recorded',
+      detail: 'the outcome of this request could not be recorded, for a reason a retry will not fix; the operation is kept for an operator, quote the instance to support',
+      retryable: false,
+    })
+    expect(events.map((event) => [event.outcome, event.status, event.instance])).toEqual([['failed', 500, answer.body.instance]])
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatchObject({ level: 'error', fields: { ...guard.logFields, code: 'ONCELY_OUTCOME_NOT_RECORDED', instance: answer.body.instance } })
+    expect(lines[0]!.message).toMatch(/^oncely: the outcome could not be recorded: OncelyError: .*no_such_table/)
+    // Kept suspended for an operator, not released.
+    expect(await row(execution.key)).toMatchObject({ status: 'in_progress', lock_token: null })
+  })
+
+  it('a handler past handlerDeadlineMs: 503 outcome not recorded, retryable after a second, logged with the deadline code', async () => {
+    const deadlined = createEngine({ store: createPostgresStore({ pool: db.pool, schema: db.schema }), staleAfterMs: 3_000, leaseRenewMs: 1_000, handlerDeadlineMs: 1_050 })
+    const { options, lines, events } = adapter(deadlined)
+    const execution = await claim(deadlined)
+    const gone = deferred()
+    const onLost = (message: unknown) => {
+      if ((message as { key?: string }).key === execution.key) gone.resolve()
+    }
+    subscribe('oncely:lock-lost', onLost)
+    try {
+      await gone.promise
+    } finally {
+      unsubscribe('oncely:lock-lost', onLost)
+    }
+    expect(execution.state).toBe('lost')
+    const guard = new GuardedExecution(options, execution, performance.now(), ROUTE)
+    const answer = problemOf(await guard.settle(sent(201)))
+    expect(answer.status).toBe(503)
+    expect(answer.headers).toContainEqual(['retry-after', '1'])
+    expect(answer.body).toMatchObject({
+      type: 'https://oncely.dev/problems/outcome-not-recorded',
+      title: 'Outcome not recorded',
+      detail: 'the outcome of this request could not be recorded; retry with the same Idempotency-Key',
+      retryable: true,
+    })
+    expect(events.map((event) => [event.outcome, event.status])).toEqual([['failed', 503]])
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatchObject({ level: 'error', fields: { ...guard.logFields, code: 'ONCELY_HANDLER_DEADLINE_EXCEEDED', instance: answer.body.instance } })
+    expect(lines[0]!.message).toMatch(/^oncely: the outcome could not be stored: OncelyError: /)
+    // Nothing was written: the claim waits to go stale, for a retry to take it over.
+    expect(await row(execution.key)).toMatchObject({ status: 'in_progress' })
+  })
+
+  it('the database away: a completion gets 503 store unavailable; a release that cannot be written is a warning with its code', async () => {
+    const proxy = await startOutageProxy(db.url)
+    const pool = new pg.Pool({ connectionString: proxy.url, max: 4, connectionTimeoutMillis: 500 })
+    pool.on('error', () => {})
+    try {
+      const timing: Partial<EngineOptions<Queryable>> = { staleAfterMs: 1_200, claimRetryMs: 300 }
+      const away = createEngine({ store: createPostgresStore({ pool, schema: db.schema }), ...timing })
+      const { options, lines, events } = adapter(away)
+      const completing = await claim(away)
+      const releasing = await claim(away)
+      proxy.cut()
+      const [completion, release] = await Promise.all([
+        new GuardedExecution(options, completing, performance.now(), ROUTE).settle(sent(201)),
+        new GuardedExecution(options, releasing, performance.now(), ROUTE).settle({ kind: 'thrown', error: new Error('boom') }),
+      ])
+      const answer = problemOf(completion)
+      expect(answer.status).toBe(503)
+      expect(answer.headers).toContainEqual(['retry-after', '1'])
+      expect(answer.body).toMatchObject({
+        type: 'https://oncely.dev/problems/idempotency-store-unavailable',
+        detail: 'the outcome of this request could not be recorded while the database is away; retry with the same Idempotency-Key',
+        retryable: true,
+      })
+      expect(release).toBeNull()
+      expect(events.map((event) => [event.outcome, event.status]).sort()).toEqual([
+        ['failed', 500],
+        ['failed', 503],
+      ])
+      const warnings = lines.filter((line) => line.level === 'warn')
+      expect(warnings).toHaveLength(1)
+      expect(warnings[0]!.fields).toMatchObject({ ...ROUTE, scope: 'u1', code: 'ONCELY_STORE_UNAVAILABLE' })
+      expect(warnings[0]!.message).toMatch(/^oncely: the key could not be released; it is retried once its claim goes stale: OncelyError: /)
+      const errors = lines.filter((line) => line.level === 'error')
+      expect(errors).toHaveLength(1)
+      expect(errors[0]!.fields).toMatchObject({ code: 'ONCELY_STORE_UNAVAILABLE', instance: answer.body.instance })
+    } finally {
+      proxy.restore()
+      await pool.end()
+      await proxy.close()
+    }
+  })
+})
