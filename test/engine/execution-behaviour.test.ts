@@ -1,0 +1,337 @@
+import { subscribe, unsubscribe } from 'node:diagnostics_channel'
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { OncelyError, createEngine, engineChannelName, fingerprintRequest, isOncelyError, type EngineEvent } from '../../src/index.js'
+import { createPostgresStore, withTransaction, type PostgresStore } from '../../src/store/postgres/index.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
+
+// What an execution does at its edges (issue 13): the options it refuses, what a worker that lost
+// its claim may no longer do, the label a write that could not be made carries, and writes whose
+// answer was lost.
+
+let db: TestDatabase
+let proxy: DatabaseProxy
+let proxied: pg.Pool
+beforeAll(async () => {
+  db = await createTestDatabase()
+  await db.pool.query('CREATE TABLE charges (id text PRIMARY KEY)')
+  proxy = await startDatabaseProxy(db.url)
+  proxied = new pg.Pool({ connectionString: proxy.url, max: 4 })
+  proxied.on('error', () => undefined)
+})
+afterAll(async () => {
+  await proxied.end()
+  await proxy.close()
+  await db.close()
+})
+
+const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 13 } })
+const input = (key: string) => ({ scope: 'u1', key, fingerprint })
+
+async function row(key: string) {
+  const { rows } = await db.pool.query<{ status: string; lock_token: string | null; recovery_point: string | null; outcome_error: string | null }>(
+    `SELECT status, lock_token::text, recovery_point, outcome_error FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+    [key],
+  )
+  return rows[0]
+}
+
+async function charges(id: string): Promise<number> {
+  const { rows } = await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM charges WHERE id = $1', [id])
+  return rows[0]!.n
+}
+
+/** A key held by a worker whose claim another worker then took over: the old worker and the taker. */
+async function takenOver(key: string) {
+  const { engine } = engineOn(db, { staleAfterMs: 60_000 })
+  const old = owned(await engine.begin(input(key)))
+  await ageClaim(db, 'u1', key)
+  const taker = owned(await engineOn(db, { staleAfterMs: 60_000 }).engine.begin(input(key)))
+  expect(taker.how).toBe('take-over')
+  return { old, taker }
+}
+
+/** A transient database error, as the store classifies it (57P01, the server shutting down). */
+const transient = () => Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' })
+
+/** An engine whose store is the real one with some methods replaced. */
+function engineWith(overrides: (store: PostgresStore) => Partial<PostgresStore>, timing: { staleAfterMs: number; leaseRenewMs?: number } = { staleAfterMs: 60_000 }) {
+  const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+  return createEngine({ ...timing, store: { ...store, ...overrides(store) } })
+}
+
+describe('the options a step and a completion refuse', () => {
+  it('step options that are not an object are refused before the step runs, naming options', async () => {
+    const execution = owned(await engineOn(db).engine.begin(input('opt-step')))
+    let ran = false
+    const run = () => (ran = true)
+    await expect(execution.step('x', run, null as never)).rejects.toThrow(/^option options must be an object; got null/)
+    await expect(execution.step('x', run, 'now' as never)).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION' })
+    await expect(execution.step('x', run, { delivery: 'exactly-once' as never })).rejects.toThrow(/^option delivery must be 'at-least-once' or 'at-most-once'; got "exactly-once"/)
+    expect(ran).toBe(false)
+    await execution.release()
+  })
+
+  it("the defaults written out are accepted: delivery 'at-least-once', commit 'now'", async () => {
+    const execution = owned(await engineOn(db).engine.begin(input('opt-defaults')))
+    expect(await execution.step('a', () => 1, { delivery: 'at-least-once' })).toBe(1)
+    expect(await execution.step('b', () => 2, { commit: 'now' })).toBe(2)
+    expect((await row('opt-defaults'))?.recovery_point).toBe('b')
+    await execution.complete(jsonResponse(201, '{}'))
+  })
+
+  it('completion options that are not an object are refused, naming options; writes that is not a function names writes', async () => {
+    const execution = owned(await engineOn(db).engine.begin(input('opt-complete')))
+    await expect(execution.complete(jsonResponse(201, '{}'), null as never)).rejects.toThrow(/^option options must be an object; got null/)
+    await expect(execution.complete(jsonResponse(201, '{}'), 7 as never)).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION' })
+    await expect(execution.complete(jsonResponse(201, '{}'), { writes: 'INSERT' as never })).rejects.toThrow(/^option writes /)
+    expect((await row('opt-complete'))?.status).toBe('in_progress')
+    await execution.release()
+  })
+
+  it('tx alone is accepted, and the completion commits or rolls back with that transaction', async () => {
+    const execution = owned(await engineOn(db).engine.begin(input('opt-tx')))
+    const rollback = new Error('the caller rolls back')
+    await expect(
+      withTransaction(db.pool, async (tx) => {
+        await execution.complete(jsonResponse(201, '{}'), { tx })
+        expect(execution.state).toBe('completed')
+        throw rollback
+      }),
+    ).rejects.toBe(rollback)
+    // Rolled back with the caller's transaction: the claim is still in progress.
+    expect((await row('opt-tx'))?.status).toBe('in_progress')
+
+    const again = owned(await engineOn(db).engine.begin(input('opt-tx-commit')))
+    await withTransaction(db.pool, async (tx) => {
+      await again.complete(jsonResponse(201, '{}'), { tx })
+    })
+    expect((await row('opt-tx-commit'))?.status).toBe('completed')
+  })
+})
+
+describe('an execution that ended', () => {
+  it('refuses every further call with ONCELY_CLAIM_FINISHED, naming the key and how it ended', async () => {
+    const execution = owned(await engineOn(db).engine.begin(input('ended')))
+    await execution.complete(jsonResponse(201, '{}'))
+    let ran = false
+    await expect(execution.step('late', () => (ran = true))).rejects.toThrow('the execution of key "ended" already ended (completed)')
+    await expect(execution.complete(jsonResponse(201, '{}'))).rejects.toMatchObject({ code: 'ONCELY_CLAIM_FINISHED' })
+    expect(ran).toBe(false)
+  })
+
+  it("a step's value that is not JSON data is refused, naming the step", async () => {
+    const execution = owned(await engineOn(db).engine.begin(input('not-json')))
+    await expect(execution.step('charge', () => () => 1)).rejects.toThrow('step "charge" returned a value that is not JSON data')
+    await execution.suspend()
+  })
+})
+
+describe('what a claim someone may have acted on keeps (Invariant 11)', () => {
+  it('a taken-over claim with no step recorded is suspended, not deleted, by release', async () => {
+    const { old, taker } = await takenOver('release-taken')
+    expect(taker.sideEffectsPossible).toBe(true)
+    await taker.release()
+    expect(taker.state).toBe('suspended')
+    expect(await row('release-taken')).toMatchObject({ status: 'in_progress', lock_token: null })
+    expect(old.state).toBe('running')
+  })
+
+  it('a step whose function threw may have acted: release suspends the claim', async () => {
+    const execution = owned(await engineOn(db).engine.begin(input('step-threw')))
+    const declined = new Error('the provider timed out after charging')
+    await expect(execution.step('charge', () => Promise.reject(declined))).rejects.toBe(declined)
+    expect(execution.sideEffectsPossible).toBe(true)
+    await execution.release()
+    expect(execution.state).toBe('suspended')
+    expect(await row('step-threw')).toMatchObject({ status: 'in_progress', lock_token: null })
+  })
+
+  it('an at-most-once mark keeps the recovery point of the last committed step while its function runs', async () => {
+    const execution = owned(await engineOn(db).engine.begin(input('mark-point')))
+    await execution.step('charge', () => ({ id: 'ch' }))
+    let during: unknown
+    await execution.step(
+      'receipt',
+      async () => {
+        during = { memory: execution.recoveryPoint, row: (await row('mark-point'))?.recovery_point }
+        return 'sent'
+      },
+      { delivery: 'at-most-once' },
+    )
+    expect(during).toEqual({ memory: 'charge', row: 'charge' })
+    await execution.complete(jsonResponse(201, '{}'))
+  })
+})
+
+describe('a worker whose claim was taken over (Invariant 3)', () => {
+  it('never runs an at-most-once step: its mark fails first', async () => {
+    const { old, taker } = await takenOver('lost-mark')
+    let sent = 0
+    await expect(old.step('sms', () => sent++, { delivery: 'at-most-once' })).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+    expect(sent).toBe(0)
+    await taker.complete(jsonResponse(201, '{}'))
+  })
+
+  it('cannot suspend: ONCELY_LOCK_LOST, the taker keeps its claim', async () => {
+    const { old, taker } = await takenOver('lost-suspend')
+    await expect(old.suspend()).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+    expect(old.state).toBe('lost')
+    expect((await row('lost-suspend'))?.lock_token).toBe(taker.fenceToken)
+    await taker.complete(jsonResponse(201, '{}'))
+  })
+
+  it('before any step: its completion throws ONCELY_LOCK_LOST, not ONCELY_OUTCOME_NOT_RECORDED', async () => {
+    const { old, taker } = await takenOver('lost-plain')
+    const error: unknown = await old.complete(jsonResponse(201, '{}')).catch((e: unknown) => e)
+    expect(isOncelyError(error, 'ONCELY_LOCK_LOST')).toBe(true)
+    await taker.complete(jsonResponse(201, '{}'))
+  })
+
+  it('completeInTransaction: ONCELY_LOCK_LOST and its business writes roll back', async () => {
+    const { old, taker } = await takenOver('lost-in-tx')
+    const error: unknown = await old
+      .completeInTransaction(async (tx) => {
+        await tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: ['ch_lost_in_tx'] })
+        return { response: jsonResponse(201, '{}'), value: 1 }
+      })
+      .catch((e: unknown) => e)
+    expect(isOncelyError(error, 'ONCELY_LOCK_LOST')).toBe(true)
+    expect(old.state).toBe('lost')
+    expect(await charges('ch_lost_in_tx')).toBe(0)
+    await taker.complete(jsonResponse(201, '{}'))
+  })
+
+  it('publishes lock-lost once, however many writes it tries after', async () => {
+    const { old, taker } = await takenOver('lost-once')
+    const events: EngineEvent[] = []
+    const listener = (message: unknown) => events.push(message as EngineEvent)
+    subscribe(engineChannelName('lock-lost'), listener)
+    try {
+      await expect(old.step('charge', () => 1)).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+      await expect(old.step('again', () => 2)).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+      await expect(old.complete(jsonResponse(201, '{}'))).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+    } finally {
+      unsubscribe(engineChannelName('lock-lost'), listener)
+    }
+    expect(events.map((e) => [e.event, e.key])).toEqual([['lock-lost', 'lost-once']])
+    await taker.complete(jsonResponse(201, '{}'))
+  })
+})
+
+describe('an outcome that cannot be stored', () => {
+  it('records the error without its NUL characters and names the key in ONCELY_OUTCOME_NOT_RECORDED', async () => {
+    const execution = owned(await engineOn(db).engine.begin(input('nul-error')))
+    await execution.step('charge', () => ({ id: 'ch' }))
+    const error: unknown = await execution.completeInTransaction(() => Promise.reject(new Error('bad\u0000byte'))).catch((e: unknown) => e)
+    expect(isOncelyError(error, 'ONCELY_OUTCOME_NOT_RECORDED')).toBe(true)
+    expect((error as Error).message).toBe('the outcome of key "nul-error" could not be stored: badbyte')
+    expect(execution.state).toBe('suspended')
+    expect((await row('nul-error'))?.outcome_error).toBe('badbyte')
+  })
+
+  it("an oncely error from the caller's work passes through and the execution keeps its claim", async () => {
+    const execution = owned(await engineOn(db).engine.begin(input('work-oncely-error')))
+    const thrown = new OncelyError('ONCELY_INVALID_OPTION', 'the caller refused its own input')
+    await expect(execution.completeInTransaction(() => Promise.reject(thrown))).rejects.toBe(thrown)
+    expect(execution.state).toBe('running')
+    await execution.complete(jsonResponse(201, '{}'))
+    expect((await row('work-oncely-error'))?.status).toBe('completed')
+  })
+})
+
+describe('the database away past the lease (issue 8, path 4)', () => {
+  const away = () => Promise.reject(transient())
+  it("a step's commit gives up with ONCELY_STORE_UNAVAILABLE naming the step and the key, and the worker gives the claim up", async () => {
+    const engine = engineWith(() => ({ renewLease: away, commitPhase: away }), { staleAfterMs: 1000, leaseRenewMs: 100 })
+    const execution = owned(await engine.begin(input('away-step')))
+    const error: unknown = await execution.step('charge', () => 1).catch((e: unknown) => e)
+    expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
+    expect((error as Error).message).toContain('committing step "charge" for key "away-step"')
+    expect(execution.state).toBe('lost')
+  })
+
+  it('an at-most-once mark names what it was recording', async () => {
+    const engine = engineWith(() => ({ renewLease: away, markStepStarted: away }), { staleAfterMs: 1000, leaseRenewMs: 100 })
+    const execution = owned(await engine.begin(input('away-mark')))
+    await expect(execution.step('sms', () => 1, { delivery: 'at-most-once' })).rejects.toThrow('recording step "sms" as started for key "away-mark"')
+  })
+
+  /** The store away for every write but the claim: renewals fail too, so the lease runs out. */
+  const awayEngine = () =>
+    engineWith(() => ({ renewLease: away, release: away, suspend: away, complete: away, transaction: away }), { staleAfterMs: 1000, leaseRenewMs: 100 })
+
+  it('a release names its write', async () => {
+    const execution = owned(await awayEngine().begin(input('away-release')))
+    await expect(execution.release()).rejects.toThrow('releasing the claim for key "away-release"')
+  })
+
+  it('a suspension names its write', async () => {
+    const execution = owned(await awayEngine().begin(input('away-suspend')))
+    await expect(execution.suspend()).rejects.toThrow('suspending the claim for key "away-suspend"')
+  })
+
+  it('a completion names the outcome it was storing', async () => {
+    const execution = owned(await awayEngine().begin(input('away-complete')))
+    await expect(execution.fail(jsonResponse(402, '{}'))).rejects.toThrow('storing the failed outcome for key "away-complete"')
+    expect(execution.state).toBe('lost')
+  })
+
+  it('completeInTransaction names its transaction', async () => {
+    const execution = owned(await awayEngine().begin(input('away-in-tx')))
+    await expect(execution.completeInTransaction(async () => ({ response: jsonResponse(201, '{}'), value: 1 }))).rejects.toThrow(
+      'completing in a transaction for key "away-in-tx"',
+    )
+    expect(execution.state).toBe('lost')
+  })
+})
+
+describe('a completion transaction that failed transiently before its COMMIT landed', () => {
+  it('runs its work again and commits: the row is read back and not taken for landed', async () => {
+    let attempts = 0
+    const engine = engineWith((store) => ({
+      transaction: (run) =>
+        store.transaction(async (tx) => {
+          const value = await run(tx)
+          attempts++
+          // The first attempt's COMMIT never leaves: the transaction rolls back.
+          if (attempts === 1) throw transient()
+          return value
+        }),
+    }))
+    const execution = owned(await engine.begin(input('not-landed')))
+    let runs = 0
+    const value = await execution.completeInTransaction(async (tx) => {
+      runs++
+      await tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: ['ch_not_landed'] })
+      return { response: jsonResponse(201, '{}'), value: 'ch_not_landed' }
+    })
+    expect({ value, runs, state: execution.state }).toEqual({ value: 'ch_not_landed', runs: 2, state: 'completed' })
+    expect((await row('not-landed'))?.status).toBe('completed')
+    expect(await charges('ch_not_landed')).toBe(1)
+  })
+})
+
+describe('a write whose answer was lost is recognised as this worker’s own (issue 8, path 16)', () => {
+  const proxiedEngine = () => createEngine({ store: createPostgresStore({ pool: proxied, schema: db.schema }), staleAfterMs: 60_000 })
+
+  it('a release: the key is free, the execution released', async () => {
+    const execution = owned(await proxiedEngine().begin(input('lost-answer-release')))
+    const cut = proxy.dropNextAnswerTo('_release')
+    await execution.release()
+    await cut
+    expect(execution.state).toBe('released')
+    expect(await row('lost-answer-release')).toBeUndefined()
+  })
+
+  it('a suspension: the claim kept, the execution suspended', async () => {
+    const execution = owned(await proxiedEngine().begin(input('lost-answer-suspend')))
+    const cut = proxy.dropNextAnswerTo('_suspend')
+    await execution.suspend()
+    await cut
+    expect(execution.state).toBe('suspended')
+    expect(await row('lost-answer-suspend')).toMatchObject({ status: 'in_progress', lock_token: null })
+  })
+})
