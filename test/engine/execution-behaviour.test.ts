@@ -335,3 +335,48 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
     expect(await row('lost-answer-suspend')).toMatchObject({ status: 'in_progress', lock_token: null })
   })
 })
+
+describe('a write that landed, its answer lost, and the claim taken over before the retry', () => {
+  /** The store's `method` lands its first call, then another worker takes the claim over, then the answer is lost. */
+  function takenOverAfter(method: 'commitPhase' | 'markStepStarted', key: string) {
+    let calls = 0
+    return engineWith((store) => ({
+      [method]: async (...args: Parameters<PostgresStore[typeof method]>) => {
+        const landed = await (store[method] as (...a: typeof args) => Promise<boolean>)(...args)
+        if (++calls > 1) return landed
+        await ageClaim(db, 'u1', key)
+        owned(await engineOn(db, { staleAfterMs: 60_000 }).engine.begin(input(key)))
+        throw transient()
+      },
+    }))
+  }
+
+  it('a step: the row read back is the taker’s, so ONCELY_LOCK_LOST, not a committed step', async () => {
+    const execution = owned(await takenOverAfter('commitPhase', 'landed-then-taken').begin(input('landed-then-taken')))
+    await expect(execution.step('charge', () => 1)).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+    expect(execution.state).toBe('lost')
+  })
+
+  it('an at-most-once mark: ONCELY_LOCK_LOST, and the send never runs', async () => {
+    const execution = owned(await takenOverAfter('markStepStarted', 'marked-then-taken').begin(input('marked-then-taken')))
+    let sent = 0
+    await expect(execution.step('sms', () => sent++, { delivery: 'at-most-once' })).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+    expect(sent).toBe(0)
+  })
+})
+
+describe('the end events', () => {
+  it('completed carries no code; only lock-lost says why', async () => {
+    const events: EngineEvent[] = []
+    const listener = (message: unknown) => events.push(message as EngineEvent)
+    subscribe(engineChannelName('completed'), listener)
+    try {
+      const execution = owned(await engineOn(db).engine.begin(input('end-event')))
+      await execution.complete(jsonResponse(201, '{}'))
+    } finally {
+      unsubscribe(engineChannelName('completed'), listener)
+    }
+    expect(events).toHaveLength(1)
+    expect(events[0]).not.toHaveProperty('code')
+  })
+})
