@@ -3,7 +3,10 @@
 //   node bench/mutation-summary.mjs report.json [more.json …] [--merge merged.json]
 //
 // Several reports (one per narrowed run) are merged, a later report's file replacing an earlier
-// one's. The score is Stryker's with no-coverage mutants counted as survivors:
+// one's. `report.json@src/a.ts,src/b.ts` takes only those files of a report (a run's report also
+// holds every file its incremental file knew). `overlay:report.json` is a run over line ranges:
+// its mutants' results replace those of the same mutants (place, mutator, replacement) already
+// merged, and the rest of each file stays as it was. The score is Stryker's with no-coverage mutants counted as survivors:
 // (killed + timeout) / (killed + timeout + survived + no coverage). Compile and runtime errors and
 // ignored mutants are not counted. Static mutants (evaluated once, when the module loads) are
 // counted apart: Stryker 9.6 cannot kill them when the test files are narrowed (its issue 6144),
@@ -22,16 +25,35 @@ if (inputs.length === 0) {
 }
 
 const merged = { files: {}, testFiles: {} }
-inputs.forEach((path, index) => {
+const sameMutant = (a, b) =>
+  a.mutatorName === b.mutatorName && a.replacement === b.replacement && a.location.start.line === b.location.start.line && a.location.start.column === b.location.start.column
+inputs.forEach((input, index) => {
+  const overlay = input.startsWith('overlay:')
+  const [path, only] = (overlay ? input.slice('overlay:'.length) : input).split('@')
   const report = JSON.parse(readFileSync(path, 'utf8'))
+  if (only !== undefined) {
+    const wanted = new Set(only.split(','))
+    report.files = Object.fromEntries(Object.entries(report.files ?? {}).filter(([file]) => wanted.has(file)))
+  }
   const prefix = inputs.length > 1 ? `r${index}-` : ''
   const rename = (id) => `${prefix}${id}`
+  if (overlay) {
+    for (const [file, entry] of Object.entries(report.files ?? {})) {
+      const into = merged.files[file]
+      if (into === undefined || into.source !== entry.source) throw new Error(`overlay ${path}: ${file} is not merged yet, or its source changed since`)
+      for (const m of entry.mutants) {
+        const target = into.mutants.find((t) => sameMutant(t, m))
+        if (target === undefined) continue
+        Object.assign(target, { status: m.status, statusReason: m.statusReason, static: m.static, coveredBy: (m.coveredBy ?? []).map(rename), killedBy: (m.killedBy ?? []).map(rename) })
+      }
+    }
+  }
   merged.schemaVersion ??= report.schemaVersion
   merged.thresholds ??= report.thresholds
   merged.projectRoot ??= report.projectRoot
   merged.config ??= report.config
   merged.framework ??= report.framework
-  for (const [file, entry] of Object.entries(report.files ?? {})) {
+  for (const [file, entry] of overlay ? [] : Object.entries(report.files ?? {})) {
     merged.files[file] = {
       ...entry,
       mutants: entry.mutants.map((m) => ({
