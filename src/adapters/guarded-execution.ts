@@ -1,6 +1,6 @@
 import type { Execution } from '../engine/execution.js'
 import type { StoredResponse, WriteStatement } from '../engine/types.js'
-import type { Queryable } from '../store/postgres/executor.js'
+import { toQueryConfig, type Queryable } from '../store/postgres/executor.js'
 import { isOncelyError } from '../errors.js'
 import { isRetryableStatus } from '../retryable-status.js'
 import { logKey, type LogFields } from '../ops/logger.js'
@@ -140,7 +140,7 @@ export class GuardedExecution<Tx> {
     }
     // A statement among functions runs in its turn on the transaction (a SQL store's `Queryable`).
     const writes = async (tx: Tx) => {
-      for (const work of registered) await (typeof work === 'function' ? work(tx) : (tx as unknown as Queryable).query({ ...work, values: [...(work.values ?? [])] }))
+      for (const work of registered) await (typeof work === 'function' ? work(tx) : (tx as unknown as Queryable).query(toQueryConfig(work)))
     }
     await (status === 'completed' ? execution.complete(response, { writes }) : execution.fail(response, { writes }))
   }

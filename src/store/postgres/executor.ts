@@ -1,3 +1,4 @@
+import type { WriteStatement } from '../../engine/types.js'
 import { asOpenTransaction, sendBegin } from './statement-runner.js'
 
 /**
@@ -15,6 +16,13 @@ export interface QueryConfig {
    * other drivers ignore). The store sets it on its own statements so no request hangs.
    */
   query_timeout?: number
+}
+
+/** A write given as a statement (`complete`'s `statements`), as `pg` takes it: its own copy of the values. */
+export function toQueryConfig(write: WriteStatement): QueryConfig {
+  const config: QueryConfig = { text: write.text, values: write.values === undefined ? [] : [...write.values] }
+  if (write.name !== undefined) config.name = write.name
+  return config
 }
 
 export interface QueryResult<R> {

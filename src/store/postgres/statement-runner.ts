@@ -4,7 +4,7 @@
  */
 import type { WriteStatement } from '../../engine/types.js'
 import { OncelyError } from '../../errors.js'
-import type { PoolClientLike, PoolLike, Queryable, QueryConfig, QueryResult } from './executor.js'
+import { toQueryConfig, type PoolClientLike, type PoolLike, type Queryable, type QueryConfig, type QueryResult } from './executor.js'
 import { isTransientPgError, sqlState } from './pg-errors.js'
 import type { Statement } from './statements.js'
 
@@ -201,13 +201,6 @@ export async function flight(pool: PoolLike, begin: string, timeoutMs: number, w
   } finally {
     connection.giveBack()
   }
-}
-
-/** A write as `pg` takes it: its own copy of the values. */
-function toQueryConfig(write: WriteStatement): QueryConfig {
-  const config: QueryConfig = { text: write.text, values: write.values === undefined ? [] : [...write.values] }
-  if (write.name !== undefined) config.name = write.name
-  return config
 }
 
 async function checkOut(pool: PoolLike, timeoutMs: number): Promise<PoolClientLike> {
