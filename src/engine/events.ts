@@ -43,6 +43,12 @@ export function publishEngineEvent(event: EngineEvent): void {
   if (target?.hasSubscribers) target.publish(event)
 }
 
+/** Publishes the event `build` makes, and builds it only when someone listens to `name`. */
+function publishBuilt(name: EngineEventName, build: () => EngineEvent): void {
+  const target = channels.get(name)!
+  if (target.hasSubscribers) target.publish(build())
+}
+
 const DECISION_EVENTS = { replay: 'replayed', conflict: 'conflict', mismatch: 'mismatch', invalid: 'invalid' } as const
 
 /** Publishes what `begin` decided (`claimed`, `taken-over`, `replayed`, …) and returns the decision. */
@@ -50,9 +56,10 @@ export function publishDecision<Tx>(scope: string, key: unknown, decision: Decis
   if (decision.kind === 'execute') {
     const { execution } = decision
     const event = execution.how === 'take-over' ? 'taken-over' : 'claimed'
-    if (channels.get(event)?.hasSubscribers) publishEngineEvent({ event, scope, key: execution.key, claimId: execution.claimId, recoveryPoint: execution.recoveryPoint, how: execution.how })
-  } else if (channels.get(DECISION_EVENTS[decision.kind])?.hasSubscribers) {
-    publishEngineEvent({ event: DECISION_EVENTS[decision.kind], scope, ...(typeof key === 'string' ? { key } : {}) })
+    publishBuilt(event, () => ({ event, scope, key: execution.key, claimId: execution.claimId, recoveryPoint: execution.recoveryPoint, how: execution.how }))
+  } else {
+    const event = DECISION_EVENTS[decision.kind]
+    publishBuilt(event, () => ({ event, scope, ...(typeof key === 'string' ? { key } : {}) }))
   }
   return decision
 }
@@ -70,7 +77,8 @@ export function publishEnded(
 ): void {
   if (state === 'running') return
   const event = END_EVENTS[state]
-  if (!channels.get(event)?.hasSubscribers) return
-  const { scope, key, claimId, how, recoveryPoint } = execution
-  publishEngineEvent({ event, scope, key, claimId, how, recoveryPoint, ...(state === 'lost' ? { code: lostCode } : {}) })
+  publishBuilt(event, () => {
+    const { scope, key, claimId, how, recoveryPoint } = execution
+    return { event, scope, key, claimId, how, recoveryPoint, ...(state === 'lost' ? { code: lostCode } : {}) }
+  })
 }
