@@ -96,7 +96,8 @@ function hashesOf(fingerprint: string): Map<number, string> {
   for (const part of fingerprint.split(';')) {
     const match = VERSIONED.exec(part)
     if (!match) return new Map()
-    hashes.set(Number(match[1]), match[2] ?? '')
+    // The pattern that matched has both groups.
+    hashes.set(Number(match[1]), match[2]!)
   }
   return hashes
 }
@@ -122,15 +123,15 @@ export function storedFingerprint(fingerprint: string): string {
  */
 export function fingerprintsMatch(stored: string, incoming: string): boolean {
   if (stored === incoming) return true
+  // An opaque incoming value carries no hashes, so nothing below matches it.
   const incomingHashes = hashesOf(incoming)
-  if (incomingHashes.size === 0) return false
   const version = LEGACY_V1.test(stored) ? { number: 1, hash: stored } : versionOf(stored)
   return version !== undefined && incomingHashes.get(version.number) === version.hash
 }
 
 function versionOf(stored: string): { number: number; hash: string } | undefined {
   const match = VERSIONED.exec(stored)
-  return match ? { number: Number(match[1]), hash: match[2] ?? '' } : undefined
+  return match ? { number: Number(match[1]), hash: match[2]! } : undefined
 }
 
 /**
