@@ -134,8 +134,8 @@ function checkCompletionOptions<Tx>(options: CompletionOptions<Tx>): CompletionO
 }
 
 function isWriteStatement(value: unknown): value is WriteStatement {
-  if (typeof value !== 'object' || value === null) return false
-  const { text, values, name } = value as Partial<Record<keyof WriteStatement, unknown>>
+  // Anything but null and undefined can be destructured, and a primitive has no text.
+  const { text, values, name } = (value ?? {}) as Partial<Record<keyof WriteStatement, unknown>>
   return typeof text === 'string' && (values === undefined || Array.isArray(values)) && (name === undefined || typeof name === 'string')
 }
 
@@ -248,10 +248,8 @@ export class Execution<Tx = unknown> {
       // Invariant 13: recorded before it is made; a take-over finds it started and skips it.
       if (this.#startedSteps.has(name)) return undefined
       const carried = this.#carried()
-      const marked = await this.#write(
-        `recording step ${JSON.stringify(name)} as started`,
-        () => this.#options.store.markStepStarted(this.#fence, name, carried),
-        (row) => this.#holds(row) && row.startedSteps.includes(name),
+      const marked = await this.#write(`recording step ${JSON.stringify(name)} as started`, () =>
+        this.#options.store.markStepStarted(this.#fence, name, carried),
       )
       if (!marked) this.#lost()
       this.#startedSteps.add(name)
@@ -271,10 +269,8 @@ export class Execution<Tx = unknown> {
       return stored.value as T
     }
     const carried = this.#carried()
-    const committed = await this.#write(
-      `committing step ${JSON.stringify(name)}`,
-      () => this.#options.store.commitPhase(this.#fence, name, encoded, carried),
-      (row) => this.#holds(row) && Object.hasOwn(row.phases, name),
+    const committed = await this.#write(`committing step ${JSON.stringify(name)}`, () =>
+      this.#options.store.commitPhase(this.#fence, name, encoded, carried),
     )
     if (!committed) this.#lost()
     this.#settleCarried(carried)
@@ -407,27 +403,17 @@ export class Execution<Tx = unknown> {
     attempt: (outcome: { status: 'completed' | 'failed' }, committing: (value: T) => void) => Promise<T>,
   ): Promise<T> {
     this.#assertRunning()
-    const { store } = this.#options
     const outcome: { status: 'completed' | 'failed' } = { status: 'completed' }
     let committing: { value: T } | undefined
-    let ambiguous = false
-    const landed = async () => {
-      if (!ambiguous || committing === undefined) return false
-      const row = await this.#retrying('reading the key back', () => store.read(this.scope, this.key))
-      return row !== null && row.status === outcome.status && row.fenceToken === this.#fence.fenceToken
-    }
     this.#finishing = true
     try {
       return await this.#retrying('completing in a transaction', async () => {
-        if (await landed()) return this.#ended(outcome.status, committing!.value)
-        try {
-          const value = await attempt(outcome, (result) => (committing = { value: result }))
-          return this.#ended(outcome.status, value)
-        } catch (error) {
-          if (store.isTransientError(error)) ambiguous = true
-          if (error instanceof LockLostSignal && (await landed())) return this.#ended(outcome.status, committing!.value)
-          throw error
-        }
+        // Every try after the first follows a transient error, which can hide a COMMIT that
+        // landed. Only an attempt that reached its COMMIT can have; a fence that fails later
+        // cannot be this worker's own landing, since nothing of it is in flight by then.
+        if (committing !== undefined && this.#settledByMe(await this.#readBack(), outcome.status)) return this.#ended(outcome.status, committing.value)
+        const value = await attempt(outcome, (result) => (committing = { value: result }))
+        return this.#ended(outcome.status, value)
       })
     } catch (error) {
       if (error instanceof LockLostSignal) this.#lost()
@@ -446,15 +432,9 @@ export class Execution<Tx = unknown> {
   async release(): Promise<void> {
     if (this.sideEffectsPossible) return this.suspend()
     this.#assertRunning()
-    const { store } = this.#options
     this.#finishing = true
     try {
-      const ok = await this.#write(
-        'releasing the claim',
-        () => store.release(this.#fence),
-        (row) => row === null || row.claimId !== this.claimId,
-      )
-      if (!ok) this.#lost()
+      if (!(await this.#deleteClaim())) this.#lost()
       this.#end('released')
     } finally {
       this.#finishing = false
@@ -480,7 +460,9 @@ export class Execution<Tx = unknown> {
     const ok = await this.#write(
       'suspending the claim',
       () => this.#options.store.suspend(this.#fence, outcomeError),
-      (row) => row !== null && row.claimId === this.claimId && row.fenceToken !== this.#fence.fenceToken,
+      // A suspended claim keeps its id and loses the token; the refused retry already said the
+      // token is not this worker's. A row of another claim, or none, means the key was freed.
+      (row) => row !== null && row.claimId === this.claimId,
     )
     if (!ok) this.#lost()
     this.#end('suspended')
@@ -499,7 +481,7 @@ export class Execution<Tx = unknown> {
           ? await this.#write(
               `storing the ${outcome.status} outcome`,
               () => store.complete(this.#fence, outcome),
-              (row) => row !== null && row.status === outcome.status && row.fenceToken === this.#fence.fenceToken,
+              (row) => this.#settledByMe(row, outcome.status),
             )
           : // The caller's transaction: one attempt, the caller owns its retries.
             await store.complete(this.#fence, outcome, tx)
@@ -525,19 +507,19 @@ export class Execution<Tx = unknown> {
     }
     const reason = describeError(error).replaceAll('\u0000', '')
     if (this.sideEffectsPossible) await this.#suspend(reason)
-    else if (await this.#write('releasing the claim', () => this.#options.store.release(this.#fence), (row) => row === null || row.claimId !== this.claimId)) {
-      this.#end('released')
-    }
+    else if (await this.#deleteClaim()) this.#end('released')
     return new OncelyError('ONCELY_OUTCOME_NOT_RECORDED', `the outcome of key ${JSON.stringify(this.key)} could not be stored: ${reason}`, { cause: error })
   }
 
   /**
    * One fenced write, retried while the database is away for as long as the lease allows
    * (issue 8, path 4). A transient error can hide a commit: when a later attempt finds the fence
-   * gone, the row is read back and `recognise` says whether it holds this worker's own write.
-   * Past the lease, the worker stops renewing and throws `ONCELY_STORE_UNAVAILABLE`.
+   * gone, the row is read back and `recognise` says whether it holds this worker's own write. A
+   * write that keeps the fence (a step's commit or mark) needs none: its repeat lands again, so a
+   * refused repeat means a take-over. Past the lease, the worker stops renewing and throws
+   * `ONCELY_STORE_UNAVAILABLE`.
    */
-  async #write(what: string, attempt: () => Promise<boolean>, recognise: (row: ClaimSnapshot | null) => boolean): Promise<boolean> {
+  async #write(what: string, attempt: () => Promise<boolean>, recognise?: (row: ClaimSnapshot | null) => boolean): Promise<boolean> {
     let ambiguous = false
     const ok = await this.#retrying(
       what,
@@ -549,8 +531,27 @@ export class Execution<Tx = unknown> {
       },
       () => (ambiguous = true),
     )
-    if (ok || !ambiguous) return ok
-    return recognise(await this.#retrying('reading the key back', () => this.#options.store.read(this.scope, this.key)))
+    if (ok || !ambiguous || recognise === undefined) return ok
+    return recognise(await this.#readBack())
+  }
+
+  /** The fenced delete of an untouched claim; true once it is gone, this worker's answer lost or not. */
+  #deleteClaim(): Promise<boolean> {
+    return this.#write(
+      'releasing the claim',
+      () => this.#options.store.release(this.#fence),
+      // The same claim still there means a take-over; another claim means the key was freed.
+      (row) => row === null || row.claimId !== this.claimId,
+    )
+  }
+
+  #readBack(): Promise<ClaimSnapshot | null> {
+    return this.#retrying('reading the key back', () => this.#options.store.read(this.scope, this.key))
+  }
+
+  /** Whether `row` is this worker's own settled outcome: settled rows keep the writer's token. */
+  #settledByMe(row: ClaimSnapshot | null, status: 'completed' | 'failed'): boolean {
+    return row !== null && row.status === status && row.fenceToken === this.#fence.fenceToken
   }
 
   async #retrying<T>(what: string, attempt: () => Promise<T>, onTransient?: () => void): Promise<T> {
@@ -569,10 +570,6 @@ export class Execution<Tx = unknown> {
       if (isUnavailable(error)) this.#abandon('ONCELY_STORE_UNAVAILABLE')
       throw error
     }
-  }
-
-  #holds(row: ClaimSnapshot | null): row is ClaimSnapshot {
-    return row !== null && row.status === 'in_progress' && row.fenceToken === this.#fence.fenceToken
   }
 
   async #renewLease(): Promise<void> {

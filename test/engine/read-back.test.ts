@@ -1,0 +1,240 @@
+import { subscribe, unsubscribe } from 'node:diagnostics_channel'
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createEngine, engineChannelName, fingerprintRequest, isOncelyError, type Execution } from '../../src/index.js'
+import { createPostgresStore, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { deferred } from '../helpers/deferred.js'
+import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
+
+// A write whose attempt failed transiently may or may not have landed (issue 8, path 16). When
+// its repeat finds the fence gone, the worker reads the row back and must tell its own write from
+// someone else's: a take-over, a new claim on a freed key, a key an operator deleted. Each case
+// here makes the first attempt fail without landing, changes the row as another party would, and
+// checks the worker does not take that change for its own.
+
+let db: TestDatabase
+let proxy: DatabaseProxy
+let proxied: pg.Pool
+beforeAll(async () => {
+  db = await createTestDatabase()
+  await db.pool.query('CREATE TABLE charges (id text PRIMARY KEY)')
+  proxy = await startDatabaseProxy(db.url)
+  proxied = new pg.Pool({ connectionString: proxy.url, max: 2 })
+  proxied.on('error', () => undefined)
+})
+afterAll(async () => {
+  await proxied.end()
+  await proxy.close()
+  await db.close()
+})
+
+const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 34 } })
+const input = (key: string) => ({ scope: 'u1', key, fingerprint })
+const transient = () => Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' })
+
+async function row(key: string) {
+  const { rows } = await db.pool.query<{ status: string; lock_token: string | null; outcome_error: string | null }>(
+    `SELECT status, lock_token::text, outcome_error FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+    [key],
+  )
+  return rows[0]
+}
+
+/** What another party does to the key between the worker's failed attempt and its repeat. */
+const meanwhile = {
+  /** Another worker takes the stale claim over (the claim keeps its id, the token changes). */
+  async takenOver(key: string): Promise<Execution<Queryable>> {
+    await ageClaim(db, 'u1', key)
+    const taker = owned(await engineOn(db, { staleAfterMs: 60_000 }).engine.begin(input(key)))
+    expect(taker.how).toBe('take-over')
+    return taker
+  },
+  /** An operator deletes the key (`oncely keys release`, or by hand). */
+  async deleted(key: string): Promise<void> {
+    await db.pool.query(`DELETE FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`, [key])
+  },
+  /** The key is deleted and a new request claims it: a row of another claim. */
+  async claimedAnew(key: string): Promise<Execution<Queryable>> {
+    await meanwhile.deleted(key)
+    const fresh = owned(await engineOn(db, { staleAfterMs: 60_000 }).engine.begin(input(key)))
+    expect(fresh.how).toBe('new')
+    return fresh
+  },
+}
+
+type FencedWrite = 'release' | 'suspend' | 'complete' | 'completeInFlight'
+
+/** An engine whose `method` fails its first attempt without landing, after `change` ran. */
+function engineFailingFirst(method: FencedWrite, change: () => Promise<unknown>) {
+  const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+  let calls = 0
+  const failFirst = async <A extends unknown[]>(real: (...args: A) => Promise<boolean>, args: A) => {
+    if (++calls > 1) return real(...args)
+    await change()
+    throw transient()
+  }
+  const overrides: Partial<PostgresStore> = {
+    release: (...args) => failFirst((...a: typeof args) => store.release(...a), args),
+    suspend: (...args) => failFirst((...a: typeof args) => store.suspend(...a), args),
+    complete: (...args) => failFirst((...a: typeof args) => store.complete(...a), args),
+    completeInFlight: (...args) => failFirst((...a: typeof args) => store.completeInFlight(...a), args),
+  }
+  return createEngine<Queryable>({ staleAfterMs: 60_000, store: { ...store, [method]: overrides[method] } })
+}
+
+const endings: Record<FencedWrite, (execution: Execution<Queryable>, key: string) => Promise<unknown>> = {
+  release: (execution) => execution.release(),
+  suspend: (execution) => execution.suspend(),
+  complete: (execution) => execution.complete(jsonResponse(201, '{}')),
+  completeInFlight: (execution, key) => execution.complete(jsonResponse(201, '{}'), { statements: [{ text: 'INSERT INTO charges (id) VALUES ($1)', values: [key] }] }),
+}
+
+describe('a write that did not land is not taken for the change someone else made', () => {
+  const cases: { write: FencedWrite; change: keyof typeof meanwhile }[] = [
+    { write: 'release', change: 'takenOver' },
+    { write: 'suspend', change: 'deleted' },
+    { write: 'suspend', change: 'claimedAnew' },
+    { write: 'complete', change: 'deleted' },
+    { write: 'complete', change: 'takenOver' },
+    { write: 'completeInFlight', change: 'takenOver' },
+  ]
+  for (const { write, change } of cases) {
+    it(`${write}, the key ${change} meanwhile: ONCELY_LOCK_LOST, and the other party's row stays as it made it`, async () => {
+      const key = `not-mine-${write}-${change}`
+      let other: Execution<Queryable> | void = undefined
+      const engine = engineFailingFirst(write, async () => (other = await meanwhile[change](key)))
+      const execution = owned(await engine.begin(input(key)))
+      const error: unknown = await endings[write](execution, key).catch((e: unknown) => e)
+      expect(error).toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+      expect(execution.state).toBe('lost')
+      const after = await row(key)
+      if (other === undefined) expect(after).toBeUndefined()
+      else {
+        expect(after).toMatchObject({ status: 'in_progress', lock_token: (other as Execution<Queryable>).fenceToken })
+        await (other as Execution<Queryable>).complete(jsonResponse(201, '{}'))
+      }
+    })
+  }
+
+  it('a completion, the claim taken over and completed by the taker meanwhile: ONCELY_LOCK_LOST, not a completion of its own', async () => {
+    const key = 'not-mine-complete-settled'
+    const engine = engineFailingFirst('complete', async () => {
+      const taker = await meanwhile.takenOver(key)
+      await taker.complete(jsonResponse(201, '{"by":"taker"}'))
+    })
+    const execution = owned(await engine.begin(input(key)))
+    await expect(execution.complete(jsonResponse(201, '{}'))).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+    expect(execution.state).toBe('lost')
+  })
+
+  it('a flight, the claim taken over and completed by the taker meanwhile: ONCELY_LOCK_LOST, and its charge row never written', async () => {
+    const key = 'not-mine-flight-settled'
+    const engine = engineFailingFirst('completeInFlight', async () => {
+      const taker = await meanwhile.takenOver(key)
+      await taker.complete(jsonResponse(201, '{"by":"taker"}'))
+    })
+    const execution = owned(await engine.begin(input(key)))
+    await expect(endings.completeInFlight(execution, key)).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+    const { rows } = await db.pool.query('SELECT 1 FROM charges WHERE id = $1', [key])
+    expect(rows).toEqual([])
+  })
+})
+
+describe('a write that landed, its answer lost, recognised after someone else changed the key', () => {
+  it('a release, the key claimed anew by a new request meanwhile: released, the new claim untouched', async () => {
+    const key = 'mine-release-claimed-anew'
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    let fresh: Execution<Queryable> | undefined
+    let calls = 0
+    const engine = createEngine<Queryable>({
+      staleAfterMs: 60_000,
+      store: {
+        ...store,
+        release: async (fence) => {
+          const released = await store.release(fence)
+          if (++calls > 1) return released
+          fresh = owned(await engineOn(db, { staleAfterMs: 60_000 }).engine.begin(input(key)))
+          throw transient()
+        },
+      },
+    })
+    const execution = owned(await engine.begin(input(key)))
+    await execution.release()
+    expect(execution.state).toBe('released')
+    expect(await row(key)).toMatchObject({ status: 'in_progress', lock_token: fresh!.fenceToken })
+    await fresh!.complete(jsonResponse(201, '{}'))
+  })
+})
+
+describe('a read-back that cannot be made', () => {
+  it('gives up with ONCELY_STORE_UNAVAILABLE naming the read-back and the key', async () => {
+    const key = 'read-back-away'
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    let calls = 0
+    const engine = createEngine<Queryable>({
+      staleAfterMs: 1000,
+      leaseRenewMs: 100,
+      store: {
+        ...store,
+        renewLease: () => Promise.reject(transient()),
+        release: async (fence) => {
+          if (++calls === 1) {
+            await meanwhile.takenOver(key)
+            throw transient()
+          }
+          return store.release(fence)
+        },
+        read: () => Promise.reject(transient()),
+      },
+    })
+    const execution = owned(await engine.begin(input(key)))
+    const error: unknown = await execution.release().catch((e: unknown) => e)
+    expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
+    expect((error as Error).message).toContain('reading the key back for key "read-back-away"')
+    expect(execution.state).toBe('lost')
+  })
+})
+
+describe('a worker that gave its claim up writes nothing more', () => {
+  it('past its handler deadline, a completion whose work then fails leaves the claim as it was and the worker lost', async () => {
+    const key = 'deadline-then-failed-work'
+    const { engine } = engineOn(db, { staleAfterMs: 60_000, leaseRenewMs: 50, handlerDeadlineMs: 200 })
+    const execution = owned(await engine.begin(input(key)))
+    const gaveUp = deferred()
+    const listener = (message: unknown) => (message as { key?: string }).key === key && gaveUp.resolve()
+    subscribe(engineChannelName('lock-lost'), listener)
+    const refused = new Error('the charge row violates a constraint')
+    try {
+      await expect(
+        execution.completeInTransaction(async () => {
+          await gaveUp.promise
+          throw refused
+        }),
+      ).rejects.toBe(refused)
+    } finally {
+      unsubscribe(engineChannelName('lock-lost'), listener)
+    }
+    expect(execution.state).toBe('lost')
+    expect(await row(key)).toMatchObject({ status: 'in_progress', lock_token: execution.fenceToken, outcome_error: null })
+  })
+
+  it("a completion in the caller's transaction whose connection broke: ONCELY_STORE_UNAVAILABLE and the worker gives the claim up", async () => {
+    const key = 'tx-connection-broke'
+    const execution = owned(await engineOn(db, { staleAfterMs: 60_000 }).engine.begin(input(key)))
+    const client = await proxied.connect()
+    client.on('error', () => undefined)
+    try {
+      await client.query('BEGIN')
+      proxy.cut()
+      const error: unknown = await execution.complete(jsonResponse(201, '{}'), { tx: client }).catch((e: unknown) => e)
+      expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
+      expect(execution.state).toBe('lost')
+    } finally {
+      client.release(true)
+      proxy.restore()
+    }
+    expect(await row(key)).toMatchObject({ status: 'in_progress', lock_token: execution.fenceToken })
+  })
+})
