@@ -220,6 +220,17 @@ describe('a worker that gave its claim up writes nothing more', () => {
     expect(await row(key)).toMatchObject({ status: 'in_progress', lock_token: execution.fenceToken, outcome_error: null })
   })
 
+  it('keeps the first reason it gave up for: past its deadline, then the database away, later calls still say the deadline', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const away = () => Promise.reject(transient())
+    const engine = createEngine<Queryable>({ staleAfterMs: 1000, leaseRenewMs: 100, handlerDeadlineMs: 300, store: { ...store, renewLease: away, complete: away } })
+    const execution = owned(await engine.begin(input('deadline-then-away')))
+    // The completion retries while the database is away; the deadline passes meanwhile, and the
+    // retries give up at the end of the lease.
+    await expect(execution.complete(jsonResponse(201, '{}'))).rejects.toMatchObject({ code: 'ONCELY_STORE_UNAVAILABLE' })
+    await expect(execution.step('again', () => 1)).rejects.toMatchObject({ code: 'ONCELY_HANDLER_DEADLINE_EXCEEDED' })
+  })
+
   it("a completion in the caller's transaction whose connection broke: ONCELY_STORE_UNAVAILABLE and the worker gives the claim up", async () => {
     const key = 'tx-connection-broke'
     const execution = owned(await engineOn(db, { staleAfterMs: 60_000 }).engine.begin(input(key)))
