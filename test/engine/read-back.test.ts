@@ -118,28 +118,20 @@ describe('a write that did not land is not taken for the change someone else mad
     })
   }
 
-  it('a completion, the claim taken over and completed by the taker meanwhile: ONCELY_LOCK_LOST, not a completion of its own', async () => {
-    const key = 'not-mine-complete-settled'
-    const engine = engineFailingFirst('complete', async () => {
-      const taker = await meanwhile.takenOver(key)
-      await taker.complete(jsonResponse(201, '{"by":"taker"}'))
+  for (const write of ['complete', 'completeInFlight'] as const) {
+    it(`${write}, the claim taken over and completed by the taker meanwhile: ONCELY_LOCK_LOST, not a completion of its own, no charge row`, async () => {
+      const key = `not-mine-${write}-settled`
+      const engine = engineFailingFirst(write, async () => {
+        const taker = await meanwhile.takenOver(key)
+        await taker.complete(jsonResponse(201, '{"by":"taker"}'))
+      })
+      const execution = owned(await engine.begin(input(key)))
+      await expect(endings[write](execution, key)).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+      expect(execution.state).toBe('lost')
+      const { rows } = await db.pool.query('SELECT 1 FROM charges WHERE id = $1', [key])
+      expect(rows).toEqual([])
     })
-    const execution = owned(await engine.begin(input(key)))
-    await expect(execution.complete(jsonResponse(201, '{}'))).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
-    expect(execution.state).toBe('lost')
-  })
-
-  it('a flight, the claim taken over and completed by the taker meanwhile: ONCELY_LOCK_LOST, and its charge row never written', async () => {
-    const key = 'not-mine-flight-settled'
-    const engine = engineFailingFirst('completeInFlight', async () => {
-      const taker = await meanwhile.takenOver(key)
-      await taker.complete(jsonResponse(201, '{"by":"taker"}'))
-    })
-    const execution = owned(await engine.begin(input(key)))
-    await expect(endings.completeInFlight(execution, key)).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
-    const { rows } = await db.pool.query('SELECT 1 FROM charges WHERE id = $1', [key])
-    expect(rows).toEqual([])
-  })
+  }
 })
 
 describe('a write that landed, its answer lost, recognised after someone else changed the key', () => {

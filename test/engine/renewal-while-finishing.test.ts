@@ -1,10 +1,9 @@
-import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { OncelyError, createEngine, engineChannelName, fingerprintRequest, type EngineEvent, type Execution } from '../../src/index.js'
+import { OncelyError, createEngine, fingerprintRequest, type Execution } from '../../src/index.js'
 import { createPostgresStore, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { deferred } from '../helpers/deferred.js'
-import { ageClaim, engineOn, jsonResponse, owned } from '../helpers/engine.js'
+import { ageClaim, engineOn, jsonResponse, owned, recordEvents } from '../helpers/engine.js'
 
 // The lease renewal runs beside everything else the worker does (issue 13). While the worker
 // ends its claim, a renewal that finds the fence gone is the worker's own ending, not a
@@ -28,18 +27,8 @@ const nextMacrotask = () => new Promise((resolve) => setImmediate(resolve))
 
 /** The end events published for `key` while `run` runs. */
 async function endEventsOf(key: string, run: () => Promise<void>): Promise<string[]> {
-  const events: string[] = []
-  const listener = (message: unknown) => {
-    const event = message as EngineEvent
-    if (event.key === key) events.push(event.event)
-  }
-  for (const name of END_EVENTS) subscribe(engineChannelName(name), listener)
-  try {
-    await run()
-  } finally {
-    for (const name of END_EVENTS) unsubscribe(engineChannelName(name), listener)
-  }
-  return events
+  const events = await recordEvents(run)
+  return events.filter((event) => event.key === key && (END_EVENTS as readonly string[]).includes(event.event)).map((event) => event.event)
 }
 
 /**

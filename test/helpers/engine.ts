@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
+import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import pg from 'pg'
-import { createEngine, type ClaimState, type Decision, type Engine, type EngineOptions, type Execution, type IdempotencyStore } from '../../src/index.js'
+import { ENGINE_EVENTS, createEngine, engineChannelName, type ClaimState, type EngineEvent, type Decision, type Engine, type EngineOptions, type Execution, type IdempotencyStore } from '../../src/index.js'
 import { createPostgresStore, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { latch } from './deferred.js'
 import type { TestDatabase } from './db.js'
@@ -80,4 +81,17 @@ export async function storeClaim(
 ): Promise<{ kind: 'claimed'; claim: ClaimState } | { kind: 'existing' }> {
   const attempt = await store.claim({ ttlMs: 86_400_000, ...request, claimId: randomUUID(), fenceToken: randomUUID() })
   return attempt.kind === 'inserted' ? { kind: 'claimed', claim: attempt.claim } : { kind: 'existing' }
+}
+
+/** Records, through a real `node:diagnostics_channel` subscriber, every oncely event published while `work` runs. */
+export async function recordEvents(work: () => Promise<void>): Promise<EngineEvent[]> {
+  const events: EngineEvent[] = []
+  const listener = (message: unknown) => events.push(message as EngineEvent)
+  for (const event of ENGINE_EVENTS) subscribe(engineChannelName(event), listener)
+  try {
+    await work()
+  } finally {
+    for (const event of ENGINE_EVENTS) unsubscribe(engineChannelName(event), listener)
+  }
+  return events
 }

@@ -1,11 +1,10 @@
-import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ENGINE_EVENTS, engineChannelName, fingerprintRequest, instrumentEngine, sweepExpiredKeys, type Engine, type EngineEvent, type SpanLike, type TracerLike } from '../../src/index.js'
+import { fingerprintRequest, instrumentEngine, sweepExpiredKeys, type Engine, type SpanLike, type TracerLike } from '../../src/index.js'
 import { releaseKey } from '../../src/ops/release-key.js'
 import { reconcileStuckClaims } from '../../src/ops/reconciler.js'
 import type { Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { ageClaim, engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
+import { ageClaim, engineOn, jsonResponse, keyTable, recordEvents } from '../helpers/engine.js'
 import { deadClaim } from './support/dead-claim.js'
 
 let db: TestDatabase
@@ -15,19 +14,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await db.close()
 })
-
-/** Records, through a real `node:diagnostics_channel` subscriber, every oncely event published while `work` runs. */
-async function recordEvents(work: () => Promise<void>): Promise<EngineEvent[]> {
-  const events: EngineEvent[] = []
-  const listener = (message: unknown) => events.push(message as EngineEvent)
-  for (const event of ENGINE_EVENTS) subscribe(engineChannelName(event), listener)
-  try {
-    await work()
-  } finally {
-    for (const event of ENGINE_EVENTS) unsubscribe(engineChannelName(event), listener)
-  }
-  return events
-}
 
 /** A tracer that keeps its spans, standing in for an OpenTelemetry SDK (only the API is installed). */
 function recordingTracer() {
