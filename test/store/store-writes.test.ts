@@ -8,8 +8,8 @@ import { keyTable, storeClaim } from '../helpers/engine.js'
 
 // What the store writes and counts (issue 13, the survivors of src/store/postgres/store.ts in
 // docs/mutation-report.md): a step's result and a suspension's error as stored, the sweep and the
-// stale count's threshold, a flight's failure that only quotes the lost-fence marker, and options
-// that are not an object.
+// stale count's threshold, a flight's write without values, a flight's failure that only quotes the
+// lost-fence marker, and options that are not an object.
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -98,6 +98,16 @@ describe('the sweep and the stale count', () => {
 })
 
 describe('a completion in one flight', () => {
+  it('a write given without values is sent with none, and lands with the completion', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const fence = await claimed(store, 'no-values')
+    const outcome = { status: 'completed' as const, response: { status: 201, headers: [], body: Buffer.from('{}') } }
+    await db.pool.query('CREATE TABLE IF NOT EXISTS valueless (at timestamptz NOT NULL)')
+    expect(await store.completeInFlight(fence, outcome, [{ text: 'INSERT INTO valueless (at) VALUES (now())' }])).toBe(true)
+    expect((await store.read(fence.scope, fence.key))?.status).toBe('completed')
+    expect((await db.pool.query('SELECT 1 FROM valueless')).rowCount).toBe(1)
+  })
+
   it("a write whose error only quotes the lost-fence marker (another SQLSTATE) is the write's failure, not a lost claim", async () => {
     const store = createPostgresStore({ pool: db.pool, schema: db.schema })
     const fence = await claimed(store, 'marker-quoted')
