@@ -1,0 +1,121 @@
+import { randomUUID } from 'node:crypto'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { fingerprintRequest } from '../../src/index.js'
+import { createPostgresStore, type PostgresStore } from '../../src/store/postgres/index.js'
+import { FENCE_LOST_MARKER } from '../../src/store/postgres/statements.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { keyTable, storeClaim } from '../helpers/engine.js'
+
+// What the store writes and counts (issue 13, the survivors of src/store/postgres/store.ts in
+// docs/mutation-report.md): a step's result and a suspension's error as stored, the sweep and the
+// stale count's threshold, a flight's write without values, a flight's failure that only quotes the
+// lost-fence marker, and options that are not an object.
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await createTestDatabase()
+})
+afterAll(async () => {
+  await db.close()
+})
+
+const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 13 } })
+const table = () => keyTable(db)
+
+async function claimed(store: PostgresStore, scope: string) {
+  const key = randomUUID()
+  const attempt = await storeClaim(store, { scope, key, fingerprint })
+  if (attempt.kind !== 'claimed') throw new Error('the key was not free')
+  return { scope, key, fenceToken: attempt.claim.fenceToken }
+}
+
+describe('createPostgresStore', () => {
+  it('called without options: refused by name, not a TypeError from inside', () => {
+    for (const options of [undefined, 'postgres://localhost/app']) {
+      let error: unknown
+      try {
+        createPostgresStore(options as never)
+      } catch (caught) {
+        error = caught
+      }
+      expect(error).toMatchObject({ code: 'ONCELY_INVALID_OPTION' })
+      expect((error as Error).message).toMatch(/^option options must be an object \{ pool, schema\? \}; got /)
+    }
+  })
+})
+
+describe('the values the fenced statements store', () => {
+  it('commitPhase stores the step’s result as it was returned, and null for a step that returned nothing', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const fence = await claimed(store, 'commit-phase')
+    expect(await store.commitPhase(fence, 'quote', { price: 3, currency: 'eur' })).toBe(true)
+    expect(await store.commitPhase(fence, 'notify', undefined)).toBe(true)
+    const snapshot = await store.read(fence.scope, fence.key)
+    expect(snapshot?.phases).toEqual({ quote: { price: 3, currency: 'eur' }, notify: null })
+    expect(snapshot?.recoveryPoint).toBe('notify')
+  })
+
+  it('suspend stores why the outcome was not stored, and no error when none is given', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const withError = await claimed(store, 'suspend')
+    expect(await store.suspend(withError, 'the completion failed: 23505')).toBe(true)
+    expect(await store.read(withError.scope, withError.key)).toMatchObject({ interrupted: true, fenceToken: null, outcomeError: 'the completion failed: 23505' })
+    const withoutError = await claimed(store, 'suspend')
+    expect(await store.suspend(withoutError)).toBe(true)
+    expect(await store.read(withoutError.scope, withoutError.key)).toMatchObject({ interrupted: true, outcomeError: null })
+  })
+})
+
+describe('the sweep and the stale count', () => {
+  it('sweepExpired deletes at most its batch of expired settled keys, and only those', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const scope = `sweep-${randomUUID().slice(0, 8)}`
+    const outcome = { status: 'completed' as const, response: { status: 200, headers: [], body: Buffer.from('{}') } }
+    const settled = async () => {
+      const fence = await claimed(store, scope)
+      expect(await store.complete(fence, outcome)).toBe(true)
+      return fence.key
+    }
+    const expired = [await settled(), await settled(), await settled()]
+    const fresh = await settled()
+    const running = (await claimed(store, scope)).key
+    await db.pool.query(`UPDATE ${table()} SET expires_at = now() - interval '1 hour' WHERE user_id = $1 AND key = ANY($2)`, [scope, [...expired, running]])
+    // This file's database holds no other expired settled key: a batch of two, then the last, then none.
+    expect([await store.sweepExpired(2), await store.sweepExpired(2), await store.sweepExpired(2)]).toEqual([2, 1, 0])
+    const { rows } = await db.pool.query<{ key: string }>(`SELECT key FROM ${table()} WHERE user_id = $1`, [scope])
+    expect(rows.map((row) => row.key).sort()).toEqual([fresh, running].sort())
+  })
+
+  it('countStaleClaims counts in_progress claims whose lease is older than the threshold', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const scope = `stale-${randomUUID().slice(0, 8)}`
+    const stale = randomUUID()
+    for (const key of [stale, randomUUID()]) await storeClaim(store, { scope, key, fingerprint })
+    const before = await store.countStaleClaims(3_000_000)
+    await db.pool.query(`UPDATE ${table()} SET locked_at = now() - interval '1 hour' WHERE user_id = $1 AND key = $2`, [scope, stale])
+    expect(await store.countStaleClaims(3_000_000)).toBe(before + 1)
+  })
+})
+
+describe('a completion in one flight', () => {
+  it('a write given without values is sent with none, and lands with the completion', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const fence = await claimed(store, 'no-values')
+    const outcome = { status: 'completed' as const, response: { status: 201, headers: [], body: Buffer.from('{}') } }
+    await db.pool.query('CREATE TABLE IF NOT EXISTS valueless (at timestamptz NOT NULL)')
+    expect(await store.completeInFlight(fence, outcome, [{ text: 'INSERT INTO valueless (at) VALUES (now())' }])).toBe(true)
+    expect((await store.read(fence.scope, fence.key))?.status).toBe('completed')
+    expect((await db.pool.query('SELECT 1 FROM valueless')).rowCount).toBe(1)
+  })
+
+  it("a write whose error only quotes the lost-fence marker (another SQLSTATE) is the write's failure, not a lost claim", async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const fence = await claimed(store, 'marker-quoted')
+    const outcome = { status: 'completed' as const, response: { status: 201, headers: [], body: Buffer.from('{}') } }
+    // 22007: a date's invalid input names the value it refused.
+    const error: unknown = await store.completeInFlight(fence, outcome, [{ text: 'SELECT $1::date', values: [FENCE_LOST_MARKER] }]).catch((e: unknown) => e)
+    expect(error).toMatchObject({ code: '22007' })
+    expect((error as Error).message).toContain(FENCE_LOST_MARKER)
+    expect((await store.read(fence.scope, fence.key))?.status).toBe('in_progress')
+  })
+})
