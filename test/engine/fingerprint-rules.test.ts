@@ -81,6 +81,18 @@ describe('fingerprintsMatch', () => {
     expect(fingerprintsMatch(v2, `${request};custom`)).toBe(false)
     expect(fingerprintsMatch('same', 'same')).toBe(true)
   })
+
+  it('a versioned part is exactly v<number>:<64 hex>: a custom value that only contains one is a plain string', () => {
+    expect(fingerprintsMatch(v2, `x${v2}`)).toBe(false)
+    expect(fingerprintsMatch(v2, `${v2}00`)).toBe(false)
+    expect(fingerprintsMatch(v2, `${v2};x${v1}`)).toBe(false)
+  })
+
+  it('a rule numbered past 9, from a later release, is compared by its own hash', () => {
+    const hash = v2.slice(3)
+    expect(fingerprintsMatch(`v12:${hash}`, `v12:${hash};${v2}`)).toBe(true)
+    expect(fingerprintsMatch(v2, `v12:${'0'.repeat(64)};${v2}`)).toBe(true)
+  })
 })
 
 describe('pickQuery', () => {
