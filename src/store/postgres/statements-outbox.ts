@@ -63,10 +63,24 @@ export interface OutboxStatements {
 
 const ms = (param: string) => `${param}::bigint * interval '1 millisecond'`
 
-/** The NOTIFY channel of one schema's outbox (a channel name is at most 63 bytes). */
+/**
+ * The NOTIFY channel of one schema's outbox. PostgreSQL refuses a channel over 63 bytes
+ * (`channel name too long`), so a long name is cut to 63 bytes, between characters: a cut by
+ * UTF-16 units left a schema with a long non-ASCII name unable to enqueue.
+ */
 export function outboxChannel(schemaName: string): string {
-  return `oncely_outbox:${schemaName}`.slice(0, 63)
+  const channel = `oncely_outbox:${schemaName}`
+  let bytes = 0
+  let end = 0
+  for (const character of channel) {
+    bytes += Buffer.byteLength(character)
+    if (bytes > MAX_CHANNEL_BYTES) break
+    end += character.length
+  }
+  return channel.slice(0, end)
 }
+
+const MAX_CHANNEL_BYTES = 63
 
 /**
  * The relay's wake-up connection subscribes with `listen` and leaves with `unlisten`. A channel
