@@ -12,6 +12,17 @@ afterAll(async () => {
   await db.close()
 })
 
+describe('loadMigrations', () => {
+  it('lists the shipped files in order, named as the migrations table records them (no .sql), numbered by their prefix, none breaking yet', async () => {
+    const migrations = await loadMigrations('oncely')
+    expect(migrations.map(({ id, name, breaking }) => ({ id, name, breaking }))).toEqual([
+      { id: 1, name: '001_idempotency_key', breaking: false },
+      { id: 2, name: '002_claim_history', breaking: false },
+      { id: 3, name: '003_outbox', breaking: false },
+    ])
+  })
+})
+
 describe('migrate', () => {
   it('twenty concurrent migrations of a fresh schema end with one schema and no error', async () => {
     const schema = 'Fresh Schema'
