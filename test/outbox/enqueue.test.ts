@@ -81,6 +81,33 @@ describe('enqueue(tx, event)', () => {
   })
 })
 
+describe('prepared statements', () => {
+  it('are named per schema by default, and never with preparedStatements: false (PgBouncer in transaction mode)', async () => {
+    // A session of its own: the suite's pool has prepared the outbox's statements before.
+    const pool = db.newPool(1)
+    const client = await pool.connect()
+    try {
+      // enqueue refuses a connection outside a transaction; the session's statements outlive it.
+      await client.query('BEGIN')
+      const preparedOnSession = async () =>
+        (await client.query<{ name: string }>("SELECT name FROM pg_prepared_statements WHERE name LIKE 'oncely\\_%' ORDER BY name")).rows.map((row) => row.name)
+      const unnamed = createOutbox({ schema: db.schema, preparedStatements: false })
+      for (const notify of [true, false]) {
+        await createOutbox({ schema: db.schema, preparedStatements: false, notify }).enqueue(client, { type: 'order.unnamed', payload: {} })
+      }
+      expect((await unnamed.prepareEnqueue({ type: 'order.unnamed', payload: {} })).statement.name).toBeUndefined()
+      expect(await preparedOnSession()).toEqual([])
+      for (const notify of [true, false]) await createOutbox({ schema: db.schema, notify }).enqueue(client, { type: 'order.named', payload: {} })
+      expect(await preparedOnSession()).toEqual([expect.stringMatching(/^oncely_[0-9a-f]{8}_enqueue$/), expect.stringMatching(/^oncely_[0-9a-f]{8}_enqueue_notify$/)])
+      await client.query('COMMIT')
+    } finally {
+      client.release()
+    }
+    expect(await rowsOf('order.unnamed')).toHaveLength(2)
+    expect(await rowsOf('order.named')).toHaveLength(2)
+  })
+})
+
 describe('enqueue through the shims of other libraries', () => {
   type Library = { inTransaction: (work: (tx: Queryable) => Promise<void>) => Promise<void>; outside: Queryable; close: () => Promise<void> }
   const libraries: Record<string, () => Library> = {
