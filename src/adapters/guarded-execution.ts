@@ -12,9 +12,23 @@ import { storableHeaders } from './stored-headers.js'
 
 export type Outcome = OutcomeEvent['outcome']
 
-export function report(options: ResolvedAdapterOptions<never, unknown>, outcome: Outcome, status: number, startedAt: number, instance?: string, fields: LogFields = {}): void {
+/** Who sent a request the engine decided on, for the outcome event (`OutcomeEvent.fingerprint`). */
+export interface DecidedRequest {
+  readonly scope: string
+  readonly key: string
+  readonly fingerprint: string
+}
+
+export function report(options: ResolvedAdapterOptions<never, unknown>, outcome: Outcome, status: number, startedAt: number, instance?: string, fields: LogFields = {}, decided?: DecidedRequest): void {
+  if (options.onOutcome === undefined) return
   try {
-    options.onOutcome?.({ outcome, status, durationMs: performance.now() - startedAt, ...(instance === undefined ? {} : { instance }) })
+    options.onOutcome({
+      outcome,
+      status,
+      durationMs: performance.now() - startedAt,
+      ...(instance === undefined ? {} : { instance }),
+      ...(decided === undefined ? {} : { scope: decided.scope, key: decided.key, fingerprint: decided.fingerprint }),
+    })
   } catch (error) {
     // A metrics callback must never turn an answered request into a crash.
     options.log.error(fields, `oncely: onOutcome threw: ${String(error)}`)
@@ -32,10 +46,13 @@ export class GuardedExecution<Tx> {
   readonly logFields: Readonly<LogFields>
   #settled = false
 
-  constructor(options: ResolvedAdapterOptions<never, Tx>, execution: Execution<Tx>, startedAt: number, logFields: LogFields = {}) {
+  readonly #decided: DecidedRequest | undefined
+
+  constructor(options: ResolvedAdapterOptions<never, Tx>, execution: Execution<Tx>, startedAt: number, logFields: LogFields = {}, fingerprint?: string) {
     this.#options = options
     this.#execution = execution
     this.#startedAt = startedAt
+    this.#decided = fingerprint === undefined ? undefined : { scope: execution.scope, key: execution.key, fingerprint }
     this.logFields = Object.freeze({ ...logFields, scope: execution.scope, key: logKey(execution.key) })
     const writes = this.#writes
     this.context = Object.freeze({ execution, writeOnCompletion: (work: CompletionWork<Tx> | WriteStatement) => void writes.push(work) })
@@ -54,7 +71,7 @@ export class GuardedExecution<Tx> {
     if (this.#settled) return null
     this.#settled = true
     const [replacement, status, outcome] = await this.#apply(captured)
-    report(this.#options, outcome, status, this.#startedAt, replacement?.instance, this.logFields)
+    report(this.#options, outcome, status, this.#startedAt, replacement?.instance, this.logFields, this.#decided)
     return replacement
   }
 

@@ -2,7 +2,7 @@ import { fingerprintRequest, pickQuery } from '../engine/fingerprint.js'
 import { isOncelyError } from '../errors.js'
 import { conflictAnswer, problem, PROBLEM_TYPES, replayAnswer, storeUnavailableAnswer, type HttpAnswer } from './answers.js'
 import { withoutFields } from './excluded-fields.js'
-import { GuardedExecution, report, type Outcome } from './guarded-execution.js'
+import { GuardedExecution, report, type DecidedRequest, type Outcome } from './guarded-execution.js'
 import { codeOf, describeForLog, requestLogFields } from './log-fields.js'
 import type { ResolvedAdapterOptions } from './options.js'
 import type { RequestParts } from './request-context.js'
@@ -34,8 +34,9 @@ export function isGuarded(options: ResolvedAdapterOptions<never, unknown>, metho
  */
 export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req, Tx>, request: Req, parts: RequestParts): Promise<Gate<Tx>> {
   const startedAt = performance.now()
+  let decided: DecidedRequest | undefined
   const answer = (outcome: Outcome, response: HttpAnswer): Gate<Tx> => {
-    report(options, outcome, response.status, startedAt, response.instance)
+    report(options, outcome, response.status, startedAt, response.instance, undefined, decided)
     return { kind: 'answer', answer: response }
   }
   const sentKey = parts.key === undefined || parts.key === null ? undefined : typeof parts.key === 'string' ? parts.key : parts.key.join(', ')
@@ -78,9 +79,10 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
     options.log.error({ ...fields, ...codeOf(error), instance: unavailable.instance }, `oncely: the idempotency store failed to answer: ${describeForLog(error, sentKey)}`)
     return answer('failed', unavailable)
   }
+  if (decision.kind !== 'invalid' && typeof parts.key === 'string') decided = { scope: String(scope), key: parts.key, fingerprint }
   switch (decision.kind) {
     case 'execute':
-      return { kind: 'execute', guard: new GuardedExecution(options, decision.execution, startedAt, fields) }
+      return { kind: 'execute', guard: new GuardedExecution(options, decision.execution, startedAt, fields, fingerprint) }
     case 'replay':
       return answer('replayed', replayAnswer(decision.response, options.xIdempotentReplayed))
     case 'conflict':

@@ -19,6 +19,15 @@ export interface OutcomeEvent {
   status: number
   /** The problem's `instance` (`urn:uuid:…`) when oncely answered with a problem; absent otherwise. */
   instance?: string
+  /**
+   * The request's scope, raw key and fingerprint, on every outcome the engine decided (`created`,
+   * `replayed`, `conflict`, `mismatch`, `failed` after the claim): `createMetrics`'s `onOutcome`
+   * feeds its repeated-payload detector with them, so nothing hashes the body a second time. The
+   * key is as sent: hash it (`logKey`) before it is logged. (Default: absent before the decision)
+   */
+  scope?: string
+  key?: string
+  fingerprint?: string
 }
 
 /** Gives the user (scope) a request acts for, a string or a number (`42` and `'42'` are one scope); `undefined` answers 401. */

@@ -10,7 +10,6 @@ import { problem } from './problem.js'
 import { CHARGE_ID } from './responses.js'
 import { chargeView, SELECT_CHARGE, type ChargeRow } from './sql.js'
 import { chargeRoute } from './strategies.js'
-import { observeChargePayload } from './operations.js'
 
 /** Bodies above this are refused with 413 before anything is read into memory. */
 export const MAX_BODY_BYTES = 64 * 1024
@@ -87,7 +86,7 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
     await next()
   }
 
-  app.post('/v1/charges', limit, validate, observeChargePayload(deps.metrics), ...chargeRoute(deps))
+  app.post('/v1/charges', limit, validate, ...chargeRoute(deps))
 
   app.get('/v1/charges/:id', async (c) => {
     const id = c.req.param('id')

@@ -1,8 +1,8 @@
 import { createOutbox, outboxBacklog } from '../outbox/index.js'
-import type { Hono, MiddlewareHandler } from 'hono'
+import type { Hono } from 'hono'
 import { createConsole } from '../ops/console/console-handler.js'
 import { createMetrics, type OncelyMetrics, type RequestOutcomeEvent } from '../ops/metrics.js'
-import { fingerprintRequest, type LogOption } from '../index.js'
+import type { LogOption } from '../index.js'
 import type { Engine } from '../engine/engine.js'
 import { reconcileStuckClaims, type ReconcileReport } from '../ops/reconciler.js'
 import type { EvictableCache } from '../ops/release-key.js'
@@ -30,21 +30,6 @@ export function createServiceMetrics(options: { pool: PoolLike; store: PostgresS
   }
   const metrics = createMetrics({ store, database: { pool, schema: config.schema }, staleAfterMs: config.staleAfterMs, routes: [CHARGES_ROUTE], outbox, log })
   return Object.freeze({ ...metrics, onOutcome: (event: RequestOutcomeEvent) => metrics.onOutcome({ route: CHARGES_ROUTE, ...event }) })
-}
-
-/**
- * Feeds the repeated-payload detector with each valid charge request: the user, the key and the
- * fingerprint of the body, before the guard answers (a replay repeats its key, so it never
- * counts). Runs after validation, so a malformed request is never counted.
- */
-export function observeChargePayload(metrics: OncelyMetrics): MiddlewareHandler<ServiceEnv> {
-  return async (c, next) => {
-    const key = c.req.header('idempotency-key')
-    if (key !== undefined) {
-      metrics.observePayload({ scope: c.get('userId'), key, fingerprint: fingerprintRequest({ method: 'POST', route: '/v1/charges', body: c.get('chargeBody') }), route: CHARGES_ROUTE })
-    }
-    await next()
-  }
 }
 
 /** The service's in-process reconciler, or none when `RECONCILE_AFTER_MS` is 0. */

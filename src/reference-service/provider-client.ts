@@ -1,5 +1,4 @@
-import { Agent as HttpAgent, request as httpRequest } from 'node:http'
-import { Agent as HttpsAgent, request as httpsRequest } from 'node:https'
+import type { ProviderAnswer, ProviderHttp } from './provider-http.js'
 import type { ProviderCharge } from './provider.js'
 
 /** What one charge attempt at the provider came to. Plain JSON: it is stored as a phase result. */
@@ -38,23 +37,15 @@ export interface ProviderClient {
 }
 
 /**
- * The provider's HTTP client. Connections are kept alive and reused across requests (a new
- * connection per charge costs the API process a handshake and a socket each time), at most
- * `maxSockets` at once: enough for every request in flight, since a charge holds its
- * connection only while the provider answers.
+ * The provider's charge client, over the connections of `http` (`createProviderHttp`), which it
+ * shares with the receipt sender.
  */
-export function createProviderClient(baseUrl: string, options: { timeoutMs: number; maxSockets?: number }): ProviderClient {
-  const endpoint = new URL('/v1/charges', baseUrl)
-  const secure = endpoint.protocol === 'https:'
-  // An idle connection is closed before the provider's own keep-alive timeout (Node's default
-  // is 5 s) could close it under a request just sent on it.
-  const agentOptions = { keepAlive: true, maxSockets: options.maxSockets ?? 64, timeout: 4000 }
-  const agent = secure ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions)
+export function createProviderClient(http: ProviderHttp, options: { timeoutMs: number }): ProviderClient {
   return {
     async createCharge(request, idempotencyKey) {
-      let answer: { status: number; text: string }
+      let answer: ProviderAnswer
       try {
-        answer = await post(endpoint, agent, JSON.stringify(request), idempotencyKey, options.timeoutMs)
+        answer = await http.post('/v1/charges', JSON.stringify(request), { timeoutMs: options.timeoutMs, idempotencyKey })
       } catch (cause) {
         throw new ProviderUnavailableError(502, 'the payment provider could not be reached', { cause })
       }
@@ -72,33 +63,9 @@ export function createProviderClient(baseUrl: string, options: { timeoutMs: numb
       throw new ProviderUnavailableError(502, `the payment provider answered ${answer.status}`)
     },
     close() {
-      agent.destroy()
+      http.close()
     },
   }
-}
-
-/**
- * One POST on a kept-alive connection. Rejects when the connection fails, when the provider is
- * silent for `timeoutMs`, or when the answer is cut short: then the charge may or may not have
- * happened, and the caller retries with the same key.
- */
-function post(endpoint: URL, agent: HttpAgent, body: string, idempotencyKey: string | undefined, timeoutMs: number): Promise<{ status: number; text: string }> {
-  const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }
-  if (idempotencyKey !== undefined) headers['idempotency-key'] = idempotencyKey
-  return new Promise((resolve, reject) => {
-    const send = endpoint.protocol === 'https:' ? httpsRequest : httpRequest
-    const outgoing = send(endpoint, { method: 'POST', agent, headers }, (incoming) => {
-      const chunks: Buffer[] = []
-      incoming.on('data', (chunk: Buffer) => chunks.push(chunk))
-      incoming.on('end', () => resolve({ status: incoming.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }))
-      incoming.on('close', () => {
-        if (!incoming.complete) reject(new Error('the provider closed the connection before its answer was complete'))
-      })
-    })
-    outgoing.setTimeout(timeoutMs, () => outgoing.destroy(new Error(`the provider did not answer within ${timeoutMs} ms`)))
-    outgoing.on('error', reject)
-    outgoing.end(body)
-  })
 }
 
 function parseJson(text: string): unknown {

@@ -13,6 +13,7 @@ import { openDatabase, SERVICE_POOL_SETTINGS } from './database.js'
 import { claimFolder } from './folder-owner.js'
 import { checkSchemaAtStart } from './schema-check.js'
 import { createProviderClient } from './provider-client.js'
+import { createProviderHttp } from './provider-http.js'
 import { startProviderProcess } from './provider-process.js'
 import { createServiceTables } from './sql.js'
 import { createOutbox } from '../outbox/index.js'
@@ -95,7 +96,8 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     const engine = createEngine<Queryable>({ store, ttlMs: config.ttlMs, staleAfterMs: config.staleAfterMs })
     const metrics = createServiceMetrics({ pool, store, config, log: logger })
     collectDefaultMetrics({ register: metrics.registry })
-    const providerClient = createProviderClient(provider.url, { timeoutMs: 30_000 + config.providerLatencyMs })
+    const providerHttp = createProviderHttp(provider.url)
+    const providerClient = createProviderClient(providerHttp, { timeoutMs: 30_000 + config.providerLatencyMs })
     cleanups.push({ stop: async () => providerClient.close() })
     const app = createServiceApp({
       pool,
@@ -105,7 +107,7 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
       metrics,
       strategy: config.strategy,
       outbox: createOutbox({ schema: config.schema, notify: config.outboxNotify }),
-      sendReceipt: createReceiptSender(provider.url, { timeoutMs: 10_000 }),
+      sendReceipt: createReceiptSender(providerHttp, { timeoutMs: 10_000 }),
       log: logger,
     })
     if (config.relay) {

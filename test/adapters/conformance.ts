@@ -394,8 +394,17 @@ export function conformanceSuite(harness: AdapterHarness): void {
         await app.request(post('/v1/charges', undefined, { amount: 1 }))
         await app.request(post('/v1/charges', key, { amount: 1 }))
         await app.request(post('/v1/charges', key, { amount: 2 }))
-        expect(events.map((event) => [event.outcome, event.status])).toEqual([['invalid', 400], ['created', 201], ['mismatch', 422]])
+        await app.request(post('/v1/charges', key, { amount: 1 }))
+        expect(events.map((event) => [event.outcome, event.status])).toEqual([['invalid', 400], ['created', 201], ['mismatch', 422], ['replayed', 201]])
         expect(events.every((event) => event.durationMs >= 0)).toBe(true)
+        // The engine's decisions carry who sent what (issue 21: the repeated-payload detector reads
+        // the guard's fingerprint instead of hashing the body again); a refusal before it, nothing.
+        const [invalid, created, mismatch, replayed] = events
+        expect(invalid).not.toHaveProperty('fingerprint')
+        expect(created).toMatchObject({ key, scope: expect.any(String) as unknown, fingerprint: expect.stringMatching(/^v\d+:[0-9a-f]{64}(;v\d+:[0-9a-f]{64})*$/) as unknown })
+        expect(replayed).toMatchObject({ key, scope: created?.scope, fingerprint: created?.fingerprint })
+        expect(mismatch).toMatchObject({ key, scope: created?.scope })
+        expect(mismatch?.fingerprint).not.toBe(created?.fingerprint)
       })
     })
 

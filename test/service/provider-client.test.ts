@@ -1,5 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { createProviderClient, ProviderUnavailableError, type ProviderClient } from '../../src/reference-service/provider-client.js'
+import { createProviderHttp } from '../../src/reference-service/provider-http.js'
+import { createReceiptSender } from '../../src/reference-service/receipt.js'
 import { startServer, type Handler, type TestServer } from '../client/support/http-server.js'
 
 // The service's client of the payment provider: kept-alive connections, and every way a charge
@@ -20,7 +22,7 @@ afterEach(async () => {
 
 async function setUp(handler: Handler, timeoutMs = 5000): Promise<{ server: TestServer; client: ProviderClient }> {
   server = await startServer(handler)
-  client = createProviderClient(server.url, { timeoutMs })
+  client = createProviderClient(createProviderHttp(server.url), { timeoutMs })
   return { server, client }
 }
 
@@ -83,9 +85,42 @@ describe('createProviderClient', () => {
   it('a provider that cannot be reached is ProviderUnavailableError 502', async () => {
     const closed = await startServer(charged)
     await closed.close()
-    client = createProviderClient(closed.url, { timeoutMs: 1000 })
+    client = createProviderClient(createProviderHttp(closed.url), { timeoutMs: 1000 })
     const error = await client.createCharge(request, 'k').catch((e: unknown) => e)
     expect(error).toBeInstanceOf(ProviderUnavailableError)
     expect((error as ProviderUnavailableError).status).toBe(502)
+  })
+})
+
+describe('createReceiptSender', () => {
+  it("sends the receipt's JSON on the charge client's kept-alive connection, one after the other", async () => {
+    const sockets = new Set<unknown>()
+    server = await startServer((received, res) => {
+      sockets.add(res.socket)
+      if (received.url === '/v1/messages') return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"sent":true}')
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id: 'pch_1', created: 1 }))
+    })
+    const http = createProviderHttp(server.url)
+    client = createProviderClient(http, { timeoutMs: 5000 })
+    const sendReceipt = createReceiptSender(http, { timeoutMs: 5000 })
+    const charge = { id: 'ch_1', object: 'charge' as const, amount: 1, currency: 'usd', customer: 'cus_1', status: 'succeeded', provider_charge: 'pch_1', created: 1 }
+    await client.createCharge(request, 'k-1')
+    await sendReceipt({ customer: 'cus_1', charge })
+    await client.createCharge(request, 'k-2')
+    expect(server.requests.map((r) => `${r.method} ${r.url}`)).toEqual(['POST /v1/charges', 'POST /v1/messages', 'POST /v1/charges'])
+    expect(JSON.parse(server.requests[1]?.body ?? '')).toEqual({ customer: 'cus_1', charge })
+    expect(server.requests[1]?.headers['idempotency-key']).toBeUndefined()
+    expect(sockets.size).toBe(1)
+  })
+
+  it.each([
+    ['a 500', (_: unknown, res: import('node:http').ServerResponse) => void res.writeHead(500).end('{}'), /answered 500 to the receipt/],
+    ['a provider silent past timeoutMs', () => {}, /did not answer within 200 ms/],
+  ] as const)('%s rejects', async (_, handler, message) => {
+    server = await startServer(handler)
+    const http = createProviderHttp(server.url)
+    client = createProviderClient(http, { timeoutMs: 5000 })
+    const charge = { id: 'ch_1', object: 'charge' as const, amount: 1, currency: 'usd', customer: 'cus_1', status: 'succeeded', provider_charge: 'pch_1', created: 1 }
+    await expect(createReceiptSender(http, { timeoutMs: 200 })({ customer: 'cus_1', charge })).rejects.toThrow(message)
   })
 })

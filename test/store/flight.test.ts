@@ -48,6 +48,22 @@ describe('a flight', () => {
     })
   }
 
+  it('on a pipelining connection leaves in one socket write: BEGIN, the statements and COMMIT (issue 21)', async () => {
+    const pool = db.newPool(1, { pipeline: true })
+    const client = await pool.connect()
+    // The system calls a socket makes are its `_write` (one chunk) and `_writev` (several).
+    const socket = (client as unknown as { connection: { stream: Record<'_write' | '_writev', (...args: unknown[]) => unknown> } }).connection.stream
+    let writes = 0
+    for (const method of ['_write', '_writev'] as const) {
+      const original = socket[method].bind(socket)
+      socket[method] = (...args: unknown[]) => (writes++, original(...args))
+    }
+    client.release()
+    await flight(pool, 'BEGIN', 5000, [mark('one-write-1'), mark('one-write-2'), { text: 'SELECT count(*)::int AS n FROM marks WHERE id LIKE $1', values: ['one-write-%'] }])
+    expect(writes).toBe(1)
+    expect(await marked('one-write-2')).toBe(1)
+  })
+
   for (const pipeline of [true, false]) {
     it(`a database that stops answering (${pipeline ? 'pipelining' : 'plain'} connection): ONCELY_STORE_UNAVAILABLE after the store timeout, and the connection is destroyed, never reused`, async () => {
       const pool = new pg.Pool({ connectionString: proxy.url, max: 1, pipeline })

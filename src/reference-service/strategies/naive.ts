@@ -5,6 +5,7 @@ import type { Queryable } from '../../store/postgres/index.js'
 import type { ServiceDeps, ServiceEnv } from '../context.js'
 import { problem } from '../problem.js'
 import { SERVICE_SCHEMA } from '../sql.js'
+import { CHARGES_ROUTE } from '../operations.js'
 
 /**
  * What the two broken strategies share: the naive key table, written the way the article's
@@ -34,7 +35,11 @@ export function readRequest(c: Context<ServiceEnv>, deps: ServiceDeps): { key: s
     record(deps, 'invalid', 400, performance.now())
     return problem({ type: 'idempotency-key-invalid', title: 'Idempotency-Key invalid', status: 400, detail: parsed.reason })
   }
-  return { key: parsed.key, hash: fingerprintRequest({ method: 'POST', route: '/v1/charges', body: c.get('chargeBody') }) }
+  const hash = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: c.get('chargeBody') })
+  // oncely's own route feeds the repeated-payload detector from its outcome events; these two
+  // have no guard, so they give it the fingerprint they computed anyway.
+  deps.metrics.observePayload({ scope: c.get('userId'), key: parsed.key, fingerprint: hash, route: CHARGES_ROUTE })
+  return { key: parsed.key, hash }
 }
 
 /** Answers from an existing row: 422 on another payload, the stored response, or 409 while it runs. */

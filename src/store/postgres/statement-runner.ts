@@ -190,7 +190,7 @@ export async function flight(pool: PoolLike, begin: string, timeoutMs: number, w
   const statements = writes.map(toQueryConfig)
   const connection = new WatchedConnection(await checkOut(pool, timeoutMs))
   try {
-    const sent = [{ text: begin }, ...statements, { text: 'COMMIT' }].map((config) => connection.query<unknown>(config, timeoutMs))
+    const sent = inOneWrite(connection.client, () => [{ text: begin }, ...statements, { text: 'COMMIT' }].map((config) => connection.query<unknown>(config, timeoutMs)))
     const answers = await Promise.allSettled(sent)
     const failed = answers.find((answer) => answer.status === 'rejected')
     if (failed === undefined) return answers.slice(1, -1).map((answer) => (answer as PromiseFulfilledResult<QueryResult<unknown>>).value)
@@ -200,6 +200,28 @@ export async function flight(pool: PoolLike, begin: string, timeoutMs: number, w
     throw failed.reason
   } finally {
     connection.giveBack()
+  }
+}
+
+/** The socket under a node-postgres client (`client.connection.stream`), when it can be corked. */
+function socketOf(client: unknown): { cork(): void; uncork(): void } | undefined {
+  const stream = (client as { connection?: { stream?: { cork?: unknown; uncork?: unknown } } } | null)?.connection?.stream
+  return typeof stream?.cork === 'function' && typeof stream.uncork === 'function' ? (stream as { cork(): void; uncork(): void }) : undefined
+}
+
+/**
+ * Runs `send`, which queues statements on `client` synchronously, with the socket corked, so a
+ * pipelining connection writes the whole flight in one system call instead of one per statement
+ * (node-postgres corks each statement's messages on its own; corks nest, issue 21). A client
+ * without a socket to cork (another driver, a wrapper) sends as it would anyway.
+ */
+export function inOneWrite<T>(client: unknown, send: () => T): T {
+  const socket = socketOf(client)
+  socket?.cork()
+  try {
+    return send()
+  } finally {
+    socket?.uncork()
   }
 }
 
