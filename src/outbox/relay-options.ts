@@ -2,6 +2,7 @@ import { describeKind, invalid, invalidHidden, positiveInteger } from '../option
 import type { PoolLike } from '../store/postgres/executor.js'
 import { DEFAULT_SCHEMA } from '../store/postgres/schema-name.js'
 import type { Publisher } from './publisher.js'
+import { DEFAULT_NOTIFY_COALESCE_MS } from './outbox.js'
 
 export interface RelayOptions {
   /** A `pg`-shaped pool on the outbox's database; the LISTEN connection is checked out of it. (Default: none, required) */
@@ -20,6 +21,13 @@ export interface RelayOptions {
   pollIntervalMs?: number
   /** Wake up on the outbox's `NOTIFY` through a dedicated connection. (Default: true) */
   listen?: boolean
+  /**
+   * After a batch that published, the relay looks again this long later (twice) before it waits
+   * for the poll: writers send at most one NOTIFY per `OutboxOptions.notifyCoalesceMs`, so the
+   * events of the transactions in between are found here, not a poll interval later. Keep it at
+   * or above the writers' `notifyCoalesceMs`. (Default: 20)
+   */
+  followUpMs?: number
   /** Publishes in flight at once, across ordering keys; one key's events go one at a time. (Default: 16) */
   maxInFlight?: number
   /** Attempts before an event is dead-lettered. (Default: 10) */
@@ -68,6 +76,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     publishTimeoutMs,
     pollIntervalMs: positiveInteger('pollIntervalMs', options.pollIntervalMs ?? 1000),
     listen,
+    followUpMs: positiveInteger('followUpMs', options.followUpMs ?? DEFAULT_NOTIFY_COALESCE_MS),
     maxInFlight: positiveInteger('maxInFlight', options.maxInFlight ?? 16),
     maxAttempts: positiveInteger('maxAttempts', options.maxAttempts ?? 10),
     backoffBaseMs,

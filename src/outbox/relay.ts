@@ -51,6 +51,9 @@ export function createRelay(options: RelayOptions): Relay {
   return new OutboxRelay(resolveRelayOptions(options))
 }
 
+/** How many times the relay looks again, `followUpMs` apart, after a batch that published. */
+const FOLLOW_UPS = 2
+
 class OutboxRelay implements Relay {
   readonly #options: ResolvedRelayOptions
   readonly #outbox: Outbox
@@ -98,6 +101,9 @@ class OutboxRelay implements Relay {
   }
 
   async #loop(): Promise<void> {
+    // Looks left before the poll interval applies again: writers coalesce their NOTIFYs, so the
+    // events committed just after a published batch may have woken nobody.
+    let followUps = 0
     while (!this.#stopped) {
       this.#woken = false
       let busy = false
@@ -105,11 +111,18 @@ class OutboxRelay implements Relay {
         const result = await this.runOnce()
         // A full batch, or one that published anything, may have more behind it.
         busy = result.claimed >= this.#options.batchSize || result.published > 0
+        if (busy) followUps = FOLLOW_UPS
         await this.#pruneWhenDue()
       } catch (error) {
         this.#options.log(`oncely relay: a batch failed, retrying at the next poll: ${(error as Error).message}`)
       }
-      if (!busy && !this.#woken && !this.#stopped) await this.#sleep(this.#options.pollIntervalMs)
+      if (busy || this.#woken || this.#stopped) continue
+      if (followUps > 0) {
+        followUps--
+        await this.#sleep(this.#options.followUpMs)
+      } else {
+        await this.#sleep(this.#options.pollIntervalMs)
+      }
     }
   }
 
