@@ -122,10 +122,14 @@ function handlerRoute(c: Context): { route: string; params: Record<string, strin
 }
 
 async function readBody(c: Context): Promise<unknown> {
-  if (c.req.raw.body === null) return undefined
+  // A body an earlier middleware read is in Hono's cache: asking the raw request whether it has
+  // one would build a web Request around it on @hono/node-server (issue 21).
+  const read = Object.keys(c.req.bodyCache).length > 0
+  if (!read && c.req.raw.body === null) return undefined
   const type = c.req.header('content-type') ?? ''
   if (isJsonContentType(type)) {
     const text = await c.req.text()
+    if (read && text === '' && c.req.raw.body === null) return undefined
     try {
       return JSON.parse(text) as unknown
     } catch {

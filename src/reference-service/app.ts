@@ -7,6 +7,7 @@ import { userFromAuthorization } from './auth.js'
 import { parseChargeInput } from './charge-input.js'
 import type { ServiceDeps, ServiceEnv } from './context.js'
 import { problem } from './problem.js'
+import { requestText } from './request-text.js'
 import { CHARGE_ID } from './responses.js'
 import { chargeView, SELECT_CHARGE, type ChargeRow } from './sql.js'
 import { chargeRoute } from './strategies.js'
@@ -69,7 +70,7 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
   }) as MiddlewareHandler<ServiceEnv>
 
   const validate: MiddlewareHandler<ServiceEnv> = async (c, next) => {
-    const parsed = parseChargeInput(await c.req.text())
+    const parsed = parseChargeInput(await requestText(c))
     if (!parsed.ok) {
       deps.metrics.onOutcome({ outcome: 'invalid', status: 400, durationMs: 0 })
       return problem({ type: 'invalid-request', title: 'Invalid request', status: 400, detail: parsed.detail })

@@ -4,6 +4,8 @@ import Fastify from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { oncelyFastify } from '../../src/adapters/fastify.js'
 import { withIdempotency } from '../../src/adapters/node.js'
+import { idempotency } from '../../src/adapters/hono.js'
+import { Hono } from 'hono'
 import { createEngine, type Engine } from '../../src/engine/engine.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
@@ -35,6 +37,30 @@ describe('fastify route config', () => {
     } finally {
       await app.close()
     }
+  })
+})
+
+describe('hono body reading', () => {
+  it("a body an earlier middleware read is taken from Hono's cache, never asked of the raw request (issue 21)", async () => {
+    let rawBodyAsked = 0
+    const app = new Hono()
+    app.post(
+      '/v1/charges',
+      async (c, next) => {
+        await c.req.text()
+        // Under @hono/node-server, asking the raw request for its body builds a web Request.
+        Object.defineProperty(c.req.raw, 'body', { get: () => (rawBodyAsked++, null) })
+        await next()
+      },
+      idempotency({ engine, scope: () => 'hono-cache' }),
+      (c) => c.json({ charged: true }, 201),
+    )
+    const send = (body: string) => app.request('/v1/charges', { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': 'cached-body' }, body })
+    expect((await send('{"amount":1,"currency":"usd"}')).status).toBe(201)
+    // The same JSON written otherwise replays; another amount is a mismatch: the fingerprint read the body.
+    expect((await send('{ "currency": "usd", "amount": 1 }')).headers.get('idempotent-replayed')).toBe('true')
+    expect((await send('{"amount":2,"currency":"usd"}')).status).toBe(422)
+    expect(rawBodyAsked).toBe(0)
   })
 })
 

@@ -23,8 +23,12 @@ afterAll(async () => {
   await db?.close()
 })
 
-/** Sends raw bytes on a fresh socket and resolves to the status line's code (0 if the server just closed). */
-function raw(request: Buffer): Promise<number> {
+/**
+ * Sends raw bytes on a fresh socket and resolves to the status line's code (0 if the server just
+ * closed). `halfClose` ends the client's side after the request, as a refusal needs no more; a
+ * request that runs (`Connection: close` on it) keeps it open until the server closes.
+ */
+function raw(request: Buffer, halfClose = true): Promise<number> {
   const { hostname, port } = new URL(api)
   return new Promise((resolve, reject) => {
     const socket = connect(Number(port), hostname)
@@ -32,7 +36,8 @@ function raw(request: Buffer): Promise<number> {
     socket.on('data', (chunk) => (received += chunk.toString('latin1')))
     socket.on('error', (error: NodeJS.ErrnoException) => (error.code === 'ECONNRESET' ? resolve(statusOf(received)) : reject(error)))
     socket.on('close', () => resolve(statusOf(received)))
-    socket.end(request)
+    if (halfClose) socket.end(request)
+    else socket.write(request)
   })
 }
 
@@ -63,6 +68,20 @@ describe('bad input', () => {
     const body = JSON.stringify({ amount: 1000, currency: 'usd', customer: 'x'.repeat(2 * 1024 * 1024) })
     const answer = await post(api, { user: newUser(), key: 'big-1', body })
     expect(isProblem(answer, 413)).toBe(true)
+  })
+
+  it('a chunked body (no Content-Length) is read and counted by the body limit: 201 small, 413 past the limit', async () => {
+    const { host } = new URL(api)
+    const chunked = (key: string, body: string) => {
+      const chunks = [body.slice(0, 10), body.slice(10)].filter((part) => part.length > 0)
+      return Buffer.from(
+        `POST /v1/charges HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer demo_${newUser()}\r\nIdempotency-Key: ${key}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n` +
+          chunks.map((part) => `${Buffer.byteLength(part).toString(16)}\r\n${part}\r\n`).join('') +
+          '0\r\n\r\n',
+      )
+    }
+    expect(await raw(chunked('chunked-small', charge()), false)).toBe(201)
+    expect(await raw(chunked('chunked-big', JSON.stringify({ amount: 1000, currency: 'usd', customer: 'x'.repeat(200 * 1024) })), false)).toBe(413)
   })
 
   it('huge and binary headers: refused with a 4xx, never a 500', async () => {
