@@ -101,7 +101,7 @@ export function createClient(options: ClientOptions): OncelyClient {
 
     let key: string | undefined
     if (keyed) {
-      key = operationId === undefined ? resolved.mintKey() : await keyForOperation(operationId, verb, url, encoded.fingerprint, deadlineAt, signal)
+      key = operationId === undefined ? resolved.mintKey() : await keyForOperation(operationId, verb, url, encoded.fingerprint(), deadlineAt, signal)
       headers.set('idempotency-key', key)
     }
     const response = await sendWithRetries({ method: verb, url, headers, body: encoded.bytes, key, operationId, signal, deadlineAt }, resolved)
