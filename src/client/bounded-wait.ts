@@ -7,6 +7,8 @@ export type BoundedResult<T> = { readonly kind: 'done'; readonly value: T } | { 
  * not keep the call pending past its deadline or its abort).
  */
 export async function boundedWait<T>(work: Promise<T>, remainingMs: number, signal: AbortSignal | undefined): Promise<BoundedResult<T>> {
+  // Work left behind may still reject; that must not surface as an unhandled rejection.
+  work.catch(() => undefined)
   if (signal?.aborted) return { kind: 'aborted' }
   if (remainingMs <= 0) return { kind: 'deadline' }
   let timer: NodeJS.Timeout | undefined

@@ -6,7 +6,7 @@ import { fingerprintOf } from './fingerprint.js'
 import type { OperationRecord } from './key-store.js'
 import { resolveClientOptions, resolveHeaders, type ClientOptions, type ResolvedClientOptions } from './options.js'
 import { encodeBody, type FingerprintBody, type RequestBody } from './request-body.js'
-import type { ClientResponse } from './response.js'
+import { withFinishError, type ClientResponse } from './response.js'
 import { redactUrl } from './redact-url.js'
 import { sendWithRetries } from './send-with-retries.js'
 
@@ -14,7 +14,11 @@ import { sendWithRetries } from './send-with-retries.js'
 export interface CallOptions {
   /** Headers for this call, over the client's. (Default: none) */
   readonly headers?: Readonly<Record<string, string>>
-  /** Stops the call, the key store and waits included; it then rejects with `ONCELY_CLIENT_ABORTED`. (Default: none) */
+  /**
+   * Stops the call, the key store and waits included; it then rejects with
+   * `ONCELY_CLIENT_ABORTED`. Once the whole final response has arrived, an abort no longer
+   * discards it: the call resolves with it (see `ClientResponse.finishError`). (Default: none)
+   */
   readonly signal?: AbortSignal
 }
 
@@ -101,12 +105,16 @@ export function createClient(options: ClientOptions): OncelyClient {
 
     let key: string | undefined
     if (keyed) {
-      key = operationId === undefined ? resolved.mintKey() : await keyForOperation(operationId, verb, url, encoded.fingerprint, deadlineAt, signal)
+      key = operationId === undefined ? resolved.mintKey() : await keyForOperation(operationId, verb, url, encoded.fingerprint(), deadlineAt, signal)
       headers.set('idempotency-key', key)
     }
     const response = await sendWithRetries({ method: verb, url, headers, body: encoded.bytes, key, operationId, signal, deadlineAt }, resolved)
-    if (operationId !== undefined) await finishOperation(operationId, response.status, deadlineAt, signal)
-    return response
+    if (operationId === undefined) return response
+    // Issue 22: the response is the operation's answer; a store that cannot record it is
+    // reported beside it, never instead of it (a caller that saw only an error might try again
+    // under a new operationId and run the operation twice).
+    const finishError = await finishOperation(operationId, response.status, deadlineAt, signal)
+    return finishError === undefined ? response : withFinishError(response, finishError)
   }
 
   /** The operation's key: persisted durably before the first attempt, or refused on mismatch. */
@@ -146,20 +154,35 @@ export function createClient(options: ClientOptions): OncelyClient {
     return record.key
   }
 
-  async function finishOperation(operationId: string, status: number, deadlineAt: number, signal: AbortSignal | undefined): Promise<void> {
+  /** Marks the operation finished; what went wrong, if it could not, as the error to report. */
+  async function finishOperation(operationId: string, status: number, deadlineAt: number, signal: AbortSignal | undefined): Promise<OncelyError | undefined> {
     const finishedAt = new Date()
     const outcome = { finishedAt, finalStatus: status, expiresAt: new Date(finishedAt.getTime() + resolved.keyTtlMs) }
-    try {
-      // A response that came just before the deadline still gets a moment to be recorded.
-      const finished = await boundedWait(resolved.keyStore.finish(operationId, outcome), Math.max(deadlineAt - performance.now(), FINISH_GRACE_MS), signal)
-      if (finished.kind === 'aborted') throw new Error('aborted while the key store was marking it finished')
-      if (finished.kind === 'deadline') throw new Error(`the key store did not answer within the deadline of ${resolved.deadlineMs} ms`)
-    } catch (error) {
-      throw new OncelyError(
+    const failed = (reason: string, cause: unknown): OncelyError =>
+      new OncelyError(
         'ONCELY_KEY_STORE_FAILED',
-        `oncely client: operation ${JSON.stringify(operationId)} got its final response (${status}) but the key store could not mark it finished; calling again with the same operationId replays it`,
-        { cause: error },
+        `oncely client: operation ${JSON.stringify(operationId)} got its final response (${status}) but the key store could not mark it finished (${reason}); the response is returned, the record stays unfinished, and calling again with the same operationId sends the same key (the server replays)`,
+        { cause },
       )
+    let writing: Promise<void>
+    try {
+      writing = Promise.resolve(resolved.keyStore.finish(operationId, outcome))
+    } catch (error) {
+      return failed('it threw', error)
+    }
+    try {
+      // A response that came just before the deadline still gets a moment to be recorded, and so
+      // does one the caller aborted after it arrived: the write is what keeps the next call from
+      // being blind, and a second bounds what the abort waits for.
+      const first = await boundedWait(writing, Math.max(deadlineAt - performance.now(), FINISH_GRACE_MS), signal)
+      const finished = first.kind === 'aborted' ? await boundedWait(writing, FINISH_GRACE_MS, undefined) : first
+      if (finished.kind === 'done') return undefined
+      const reason = first.kind === 'aborted'
+        ? `the call was aborted and the key store had not answered ${FINISH_GRACE_MS} ms later`
+        : `the key store did not answer within the deadline of ${resolved.deadlineMs} ms`
+      return failed(reason, new Error(reason))
+    } catch (error) {
+      return failed('it failed', error)
     }
   }
 

@@ -14,7 +14,8 @@ const ABANDONED_TEMP_MS = 60 * 60 * 1000
  *
  * - a record is written to a temp file and fsynced, then published with `link(2)`, which fails
  *   if the name exists, so concurrent claims agree on the first record and no reader ever sees
- *   a half-written file; the directory is fsynced before the claim resolves;
+ *   a half-written file; the directory is fsynced before any claim resolves, also one that
+ *   returns a record another process published (it may not have fsynced it yet);
  * - updates are written the same way and published with an atomic `rename(2)`;
  * - `prune` skips a record it cannot read (and keeps it) rather than stopping.
  *
@@ -43,27 +44,34 @@ export function fileKeyStore(directory: string): KeyStore {
   const recordPath = (operationId: string): string =>
     path.join(root, createHash('sha256').update(operationId).digest('hex') + RECORD_SUFFIX)
   const tempPath = (finalPath: string): string => `${finalPath}.${process.pid}.${randomUUID()}${TEMP_SUFFIX}`
+  const durable = async (record: OperationRecord): Promise<OperationRecord> => {
+    await fsyncDirectory(root)
+    return record
+  }
 
   return {
     async claim(candidate) {
       await ensureDirectory()
       const finalPath = recordPath(candidate.operationId)
       const existing = await readRecord(finalPath)
-      if (existing) return existing
+      // A record this claim did not write may be another process's, linked and not yet fsynced
+      // by it: the key is only returned, and sent, once its name survives a crash.
+      if (existing) return durable(existing)
       const temp = tempPath(finalPath)
       await writeDurably(temp, candidate)
+      let published: OperationRecord
       try {
         await link(temp, finalPath)
-        await fsyncDirectory(root)
-        return candidate
+        published = candidate
       } catch (error) {
         if (errorCode(error) !== 'EEXIST') throw error
         const winner = await readRecord(finalPath)
         if (!winner) throw new Error(`key store file ${finalPath} vanished while claiming it`, { cause: error })
-        return winner
+        published = winner
       } finally {
         await unlinkIfPresent(temp)
       }
+      return durable(published)
     },
 
     async finish(operationId: string, outcome: OperationOutcome) {

@@ -20,7 +20,7 @@ import { encodeBody, type FingerprintBody, type RequestBody } from './request-bo
  * ```
  */
 export function fingerprintOperation(method: string, url: string, body: RequestBody | undefined, contentType?: string): string {
-  return fingerprintOf(method, url, encodeBody(body, contentType ?? null).fingerprint)
+  return fingerprintOf(method, url, encodeBody(body, contentType ?? null).fingerprint())
 }
 
 /**

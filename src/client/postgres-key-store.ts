@@ -1,4 +1,4 @@
-import { describeKind, invalidHidden } from '../option-validation.js'
+import { describeKind, describeValue, invalidHidden } from '../option-validation.js'
 import { quoteIdentifier } from '../store/postgres/quote-identifier.js'
 import { buildClientKeyStatements, type ClientKeyRow } from '../store/postgres/statements-client-keys.js'
 import type { KeyStore, OperationOutcome, OperationRecord } from './key-store.js'
@@ -33,6 +33,9 @@ export interface PostgresKeyStore extends KeyStore {
 }
 
 const PRUNE_BATCH = 500
+/** PostgreSQL keeps the first 63 bytes of a name (NAMEDATALEN - 1) and cuts the rest, silently. */
+const MAX_NAME_BYTES = 63
+const INDEX_SUFFIX = '_expires_at'
 
 /**
  * A key store in a PostgreSQL table, shared by every process that uses the database. A claim is
@@ -57,12 +60,11 @@ const PRUNE_BATCH = 500
 export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStoreOptions = {}): PostgresKeyStore {
   if (typeof db?.query !== 'function') throw invalidHidden('db', 'must have a query(config) method, such as a pg.Pool', describeKind(db))
   refuseOpenTransaction(db)
+  const schema = options.schema ?? 'public'
   const table = options.table ?? 'oncely_client_keys'
-  const sql = buildClientKeyStatements(
-    quoteIdentifier('schema', options.schema ?? 'public'),
-    quoteIdentifier('table', table),
-    quoteIdentifier('table', `${table}_expires_at`),
-  )
+  refuseLongName('schema', schema, MAX_NAME_BYTES, '')
+  refuseLongName('table', table, MAX_NAME_BYTES - INDEX_SUFFIX.length, `, and the key store's index is named TABLE${INDEX_SUFFIX}`)
+  const sql = buildClientKeyStatements(quoteIdentifier('schema', schema), quoteIdentifier('table', table), quoteIdentifier('table', table + INDEX_SUFFIX))
 
   return Object.freeze({
     setupSql: sql.setup,
@@ -93,6 +95,18 @@ export function postgresKeyStore(db: KeyStoreQueryable, options: PostgresKeyStor
       }
     },
   })
+}
+
+/**
+ * A name PostgreSQL would cut is refused: two long names with one 63-byte prefix would be one
+ * table, and a table of 53 to 63 bytes would have an index named like no table of its own. The
+ * limit is in bytes (UTF-8), so a non-ASCII name reaches it at fewer characters.
+ */
+function refuseLongName(option: string, name: unknown, maxBytes: number, why: string): void {
+  if (typeof name !== 'string') return
+  const bytes = Buffer.byteLength(name, 'utf8')
+  if (bytes <= maxBytes) return
+  throw invalidHidden(option, `must be at most ${maxBytes} bytes in UTF-8 (PostgreSQL keeps ${MAX_NAME_BYTES} bytes of a name${why})`, `${describeValue(name)} (${bytes} bytes)`)
 }
 
 /**

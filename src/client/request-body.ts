@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
 import { invalidHidden } from '../option-validation.js'
+import { renderJson } from './json-body.js'
 
 /**
  * A request body:
@@ -9,7 +10,9 @@ import { invalidHidden } from '../option-validation.js'
  *   the call starts and sent as they were then (`application/octet-stream`);
  * - `URLSearchParams` is sent as a form (`application/x-www-form-urlencoded;charset=UTF-8`);
  * - a plain object, an array or a JSON scalar is sent as `JSON.stringify` renders it
- *   (`application/json`).
+ *   (`application/json`), and refused where that would change it: NaN, ±Infinity, a function,
+ *   a symbol, a bigint, `undefined` in an array, a lone surrogate, an object that is not plain,
+ *   a cycle. An `undefined` member is left out; `toJSON` is honoured.
  *
  * A stream, `FormData`, `Blob`, `Map`, `Set` or any other object is refused with
  * `ONCELY_INVALID_OPTION`: a stream cannot be sent again on a retry, a multipart boundary
@@ -23,8 +26,11 @@ export type JsonValue = null | boolean | number | string | readonly JsonValue[] 
 export interface EncodedBody {
   readonly bytes: Uint8Array | undefined
   readonly contentType: string | undefined
-  /** What the operation's fingerprint holds for this body; see `fingerprintOperation`. */
-  readonly fingerprint: FingerprintBody
+  /**
+   * What the operation's fingerprint holds for this body; see `fingerprintOperation`. Computed
+   * on demand: a call without an `operationId` never needs it.
+   */
+  readonly fingerprint: () => FingerprintBody
 }
 
 /** A JSON body is fingerprinted by its canonical form, any other by the SHA-256 of its bytes. */
@@ -38,32 +44,27 @@ const FORM_CONTENT_TYPE = 'application/x-www-form-urlencoded;charset=UTF-8'
  * body under a JSON content type is sent as typed and fingerprinted by its canonical parse.
  */
 export function encodeBody(body: RequestBody | undefined, contentType: string | null = null): EncodedBody {
-  if (body === undefined) return { bytes: undefined, contentType: undefined, fingerprint: null }
+  if (body === undefined) return { bytes: undefined, contentType: undefined, fingerprint: () => null }
   if (typeof body === 'string') {
     const bytes = Buffer.from(body, 'utf8')
-    return { bytes, contentType: 'text/plain; charset=utf-8', fingerprint: isJsonContentType(contentType) ? jsonTextFingerprint(body, bytes) : bytesFingerprint(bytes) }
+    const typedJson = isJsonContentType(contentType)
+    return { bytes, contentType: 'text/plain; charset=utf-8', fingerprint: () => (typedJson ? jsonTextFingerprint(body, bytes) : bytesFingerprint(bytes)) }
   }
   if (ArrayBuffer.isView(body) || body instanceof ArrayBuffer) {
     // Copied once, now: a caller that reuses its buffer during a backoff wait must not change
     // what a retry sends under the same key.
     const bytes = (ArrayBuffer.isView(body) ? new Uint8Array(body.buffer, body.byteOffset, body.byteLength) : new Uint8Array(body)).slice()
-    return { bytes, contentType: 'application/octet-stream', fingerprint: bytesFingerprint(bytes) }
+    return { bytes, contentType: 'application/octet-stream', fingerprint: () => bytesFingerprint(bytes) }
   }
   if (body instanceof URLSearchParams) {
     const bytes = Buffer.from(body.toString(), 'utf8')
-    return { bytes, contentType: FORM_CONTENT_TYPE, fingerprint: bytesFingerprint(bytes) }
+    return { bytes, contentType: FORM_CONTENT_TYPE, fingerprint: () => bytesFingerprint(bytes) }
   }
   refuseUnsupported(body)
-  // A body is never shown in a message: it may hold a card number or a token.
-  let text: string | undefined
-  try {
-    text = JSON.stringify(body)
-  } catch (error) {
-    const reason = error instanceof Error ? error.message : String(error)
-    throw invalidHidden('body', 'must be renderable as JSON', `data JSON.stringify refuses (${reason})`, { cause: error })
-  }
-  if (text === undefined) throw invalidHidden('body', 'must be renderable as JSON', 'data JSON.stringify renders as nothing')
-  return { bytes: Buffer.from(text, 'utf8'), contentType: JSON_CONTENT_TYPE, fingerprint: { json: body } }
+  const text = renderJson(body)
+  // Bound to the bytes sent, parsed back: what the server reads, whatever the data's getters or
+  // toJSON would answer the next time.
+  return { bytes: Buffer.from(text, 'utf8'), contentType: JSON_CONTENT_TYPE, fingerprint: () => ({ json: JSON.parse(text) as unknown }) }
 }
 
 /** `application/json` and every `+json` type (`application/problem+json`…). */
@@ -73,12 +74,20 @@ export function isJsonContentType(contentType: string | null | undefined): boole
   return type === JSON_CONTENT_TYPE || /^[a-z0-9!#$&^_.+-]+\/[a-z0-9!#$&^_.+-]+\+json$/.test(type)
 }
 
+/**
+ * Typed JSON is bound to its canonical parse, unless it has none: text that is not JSON, or JSON
+ * whose parse RFC 8785 cannot render (`1e400` parses to Infinity, `"\\ud800"` to a lone
+ * surrogate). It is still sent byte for byte, so its bytes are what it is bound to.
+ */
 function jsonTextFingerprint(text: string, bytes: Uint8Array): FingerprintBody {
+  let parsed: unknown
   try {
-    return { json: JSON.parse(text) as unknown }
+    parsed = JSON.parse(text)
+    renderJson(parsed)
   } catch {
     return bytesFingerprint(bytes)
   }
+  return { json: parsed }
 }
 
 function bytesFingerprint(bytes: Uint8Array): FingerprintBody {

@@ -1,3 +1,4 @@
+import type { OncelyError } from '../errors.js'
 import type { Attempt } from './attempt.js'
 
 /**
@@ -21,13 +22,29 @@ export interface ClientResponse {
   readonly key: string | undefined
   /** Every attempt of the call, this response's last. */
   readonly attempts: readonly Attempt[]
+  /**
+   * Set when the response arrived but the key store could not mark its operation finished
+   * (`ONCELY_KEY_STORE_FAILED`, the store's error as `cause`): it threw, did not answer within the
+   * deadline, or had not answered a second after the call's signal aborted. The response is
+   * still the operation's answer. Its record stays unfinished, so `prune` keeps it and a call with
+   * the same `operationId` sends the same key again (the server replays its answer) and tries
+   * the finish again. `undefined` otherwise, and on calls without an `operationId`.
+   */
+  readonly finishError: OncelyError | undefined
   /** The body as UTF-8 text. */
   text(): string
   /** The body parsed as JSON. */
   json<T = unknown>(): T
 }
 
-export function clientResponse(status: number, headers: Headers, body: Buffer, key: string | undefined, attempts: readonly Attempt[]): ClientResponse {
+export function clientResponse(
+  status: number,
+  headers: Headers,
+  body: Buffer,
+  key: string | undefined,
+  attempts: readonly Attempt[],
+  finishError?: OncelyError,
+): ClientResponse {
   return Object.freeze({
     status,
     ok: status >= 200 && status <= 299,
@@ -36,6 +53,7 @@ export function clientResponse(status: number, headers: Headers, body: Buffer, k
     body,
     key,
     attempts,
+    finishError,
     text: () => body.toString('utf8'),
     json: <T = unknown>() => JSON.parse(body.toString('utf8')) as T,
   })
@@ -43,4 +61,9 @@ export function clientResponse(status: number, headers: Headers, body: Buffer, k
 
 function isTrue(value: string | null): boolean {
   return value?.trim().toLowerCase() === 'true'
+}
+
+/** `response`, reporting that the key store could not mark its operation finished. */
+export function withFinishError(response: ClientResponse, finishError: OncelyError): ClientResponse {
+  return clientResponse(response.status, response.headers, response.body, response.key, response.attempts, finishError)
 }

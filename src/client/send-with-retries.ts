@@ -41,7 +41,8 @@ export async function sendWithRetries(request: PreparedRequest, options: Resolve
     if (remaining <= 0) throw gaveUp(`deadline of ${options.deadlineMs} ms reached`, attempts, undefined, request)
     const started = performance.now()
     const result = await attemptOnce(request, Math.ceil(Math.min(options.attemptTimeoutMs, remaining)), options.fetch)
-    if (request.signal?.aborted) throw aborted(attempts, request)
+    // An attempt the abort cut short has no outcome of its own to report.
+    if (result.kind === 'error' && request.signal?.aborted) throw aborted(attempts, request)
     const attempt: Attempt = {
       number,
       key: request.key,
@@ -55,7 +56,10 @@ export async function sendWithRetries(request: PreparedRequest, options: Resolve
     let response: ClientResponse | undefined
     if (result.kind === 'response') {
       response = clientResponse(result.status, result.headers, result.body, request.key, [...attempts])
+      // The whole final response has arrived: an abort from here on no longer discards it, or
+      // the caller would take a 201 for a failure (issue 22).
       if (!isRetryableStatus(result.status)) return response
+      if (request.signal?.aborted) throw aborted(attempts, request)
     } else if (attempt.networkFailure === undefined && !(result.error instanceof AttemptTimeoutError)) {
       throw new ClientRequestFailedError(`${describeRequest(request)}: not retried, ${describeAttempt(attempt)}`, [...attempts], result.error)
     }

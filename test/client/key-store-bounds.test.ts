@@ -1,6 +1,11 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type pg from 'pg'
-import { ClientAbortedError, createClient, postgresKeyStore, type PostgresKeyStore } from '../../src/client/index.js'
+import { randomUUID } from 'node:crypto'
+import { writeFile, mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { ClientAbortedError, createClient, fileKeyStore, postgresKeyStore, type KeyStore, type PostgresKeyStore } from '../../src/client/index.js'
+import { deferred } from '../helpers/deferred.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { candidate } from './key-store-contract.js'
 import { startServer, statusSequence, type TestServer } from './support/http-server.js'
@@ -56,6 +61,49 @@ describe('a key store that does not answer', () => {
     expect(error).toBeInstanceOf(ClientAbortedError)
     expect((error as ClientAbortedError).cause).toMatchObject({ message: 'user pressed stop' })
     expect(server.requests).toHaveLength(before)
+  })
+})
+
+describe('a key store left behind at the deadline', () => {
+  it('may fail later without an unhandled rejection (issue 22)', async () => {
+    // A real store that fails: its directory would have to be made under a regular file.
+    const parent = await mkdtemp(path.join(tmpdir(), 'oncely-bounds-'))
+    await writeFile(path.join(parent, 'a-file'), '')
+    const failing = fileKeyStore(path.join(parent, 'a-file', 'keys'))
+    const settled = deferred()
+    const keyStore: KeyStore = {
+      ...failing,
+      // Not a handler on the claim's promise (that would hide the bug): a mark when it settles.
+      claim: async (record) => {
+        try {
+          return await failing.claim(record)
+        } finally {
+          settled.resolve()
+        }
+      },
+    }
+    const unhandled: unknown[] = []
+    const onUnhandled = (reason: unknown): void => {
+      unhandled.push(reason)
+    }
+    process.on('unhandledRejection', onUnhandled)
+    try {
+      // The deadline passes while the key is minted, before the claim is waited for.
+      const slowMint = (): string => {
+        const until = performance.now() + 20
+        while (performance.now() < until);
+        return randomUUID()
+      }
+      const client = createClient({ baseUrl: server.url, keyStore, deadlineMs: 1, mintKey: slowMint })
+      await expect(client.post('/v1/charges', {}, { operationId: 'op' })).rejects.toMatchObject({ code: 'ONCELY_KEY_STORE_FAILED', message: expect.stringContaining('within the deadline') as unknown })
+      await settled.promise
+      // Node reports an unhandled rejection once the microtasks have run: one turn is enough.
+      await new Promise((resolve) => setImmediate(resolve))
+      expect(unhandled).toEqual([])
+    } finally {
+      process.off('unhandledRejection', onUnhandled)
+      await rm(parent, { recursive: true, force: true })
+    }
   })
 })
 

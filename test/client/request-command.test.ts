@@ -1,4 +1,5 @@
-import { mkdtemp, rm } from 'node:fs/promises'
+import { createHash } from 'node:crypto'
+import { mkdir, mkdtemp, rm, unlink } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
@@ -47,6 +48,22 @@ describe('oncely request', () => {
     expect(sent[1]).toBe(sent[0])
     expect(lines[0]).toContain(String(sent[0]))
     expect(server.requests[0]).toMatchObject({ body: charge, headers: { authorization: 'Bearer demo_42', 'content-type': 'application/json' } })
+  })
+
+  it('exit 0 with the body when the key store cannot mark the operation finished; stderr says so (issue 22)', async () => {
+    const keys = await keyDirectory()
+    const record = path.join(keys, `${createHash('sha256').update('order-7:charge').digest('hex')}.json`)
+    // The record's name taken by a directory while the request is in flight: the finish cannot
+    // read the record back (EISDIR), as on a disk gone bad.
+    const server = await serve(async (_request, res) => {
+      await unlink(record)
+      await mkdir(record)
+      reply(res, 201, '{"id":"ch_7"}')
+    })
+    const run = await runRequestCommand(['POST', `${server.url}/v1/charges`, '--operation', 'order-7:charge', '--data', charge, '--key-store', keys, ...fast])
+    expect(run.code, run.stderr).toBe(REQUEST_EXIT.ok)
+    expect(JSON.parse(run.stdout)).toEqual({ id: 'ch_7' })
+    expect(run.stderr).toMatch(/operation "order-7:charge" got its final response \(201\) but the key store could not mark it finished .*EISDIR/)
   })
 
   it('exit 4 on a final 4xx, which is not retried', async () => {

@@ -14,8 +14,12 @@ function describeForShell(attempt: Attempt): string {
   return `${line}: could not resolve the host${host ? ` '${host}'` : ''}, check the URL`
 }
 
-/** Says whether the answer is a replay, and why a 3xx was not followed. */
+/** Says whether the answer is a replay, why a 3xx was not followed, and a key store that failed. */
 export function explainResponse(response: ClientResponse, url: URL): void {
+  if (response.finishError) {
+    const cause = response.finishError.cause instanceof Error ? `: ${response.finishError.cause.message}` : ''
+    process.stderr.write(`oncely request: ${oneLine(response.finishError.message.replace(/^oncely client: /, ''))}${oneLine(cause)}\n`)
+  }
   if (response.replayed) {
     process.stderr.write('oncely request: a replay: the server answered with the stored response to an earlier request with this key; nothing ran again\n')
   }
@@ -26,4 +30,8 @@ export function explainResponse(response: ClientResponse, url: URL): void {
       `oncely request: ${response.status} is a redirect${target}; it is not followed (a 303 would resend the key with a GET, a 307 would send it and your headers elsewhere): send the request there yourself, as a new --operation\n`,
     )
   }
+}
+
+function oneLine(text: string): string {
+  return text.replace(/[\r\n]+/g, ' ')
 }

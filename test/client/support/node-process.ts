@@ -6,7 +6,7 @@ import { trackOpenHandle } from '../../setup/guard-open-handles.js'
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..')
 /** tsx's loader by absolute URL, so that a child started in another folder still finds it. */
-const TSX = pathToFileURL(createRequire(path.join(REPO_ROOT, 'package.json')).resolve('tsx')).href
+export const TSX = pathToFileURL(createRequire(path.join(REPO_ROOT, 'package.json')).resolve('tsx')).href
 
 export interface Finished {
   readonly code: number | null
