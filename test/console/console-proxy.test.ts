@@ -14,26 +14,26 @@ const TOKEN = 'the-console-token-of-this-test'
 
 let db: TestDatabase
 let provider: TestProcess
-const started: Array<{ stop(): Promise<unknown>; close?: never } | { close(): Promise<void> }> = []
+const started: Array<() => Promise<unknown>> = []
 beforeAll(async () => {
   db = await createTestDatabase()
   provider = await startProvider()
 })
 afterAll(async () => {
-  for (const item of started.reverse()) await ('close' in item && item.close ? item.close() : (item as { stop(): Promise<unknown> }).stop())
+  for (const stop of started.reverse()) await stop()
   await provider?.stop()
   await db?.close()
 })
 
 async function service(env: Record<string, string>): Promise<TestProcess> {
   const running = await startService({ databaseUrl: db.url, schema: db.schema, providerUrl: provider.url, env })
-  started.push(running)
+  started.push(() => running.stop())
   return running
 }
 
 async function proxy(upstream: string, mode: ProxyMode): Promise<ReverseProxy> {
   const running = await startReverseProxy(upstream, mode)
-  started.push(running)
+  started.push(() => running.close())
   return running
 }
 

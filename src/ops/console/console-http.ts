@@ -6,7 +6,8 @@ const SECURITY_HEADERS = {
   'cache-control': 'no-store',
   'x-frame-options': 'DENY',
   'content-security-policy': "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'",
-  'referrer-policy': 'no-referrer',
+  // same-origin, not no-referrer: with no-referrer a browser sends `Origin: null` on the login form's POST, which the Origin check refuses.
+  'referrer-policy': 'same-origin',
 }
 
 export function html(body: string, status = 200): Response {
