@@ -100,7 +100,6 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
   }
   const staleAfterMs = integer(ENV.staleAfterMs, read(ENV.staleAfterMs), DEFAULT_STALE_AFTER_MS, { min: 1 })
   const port = integer(ENV.port, read(ENV.port), 3000, { min: 0, max: 65535 })
-  const consolePort = read(ENV.consolePort)
   const config: ServiceConfig = {
     host: read(ENV.host) ?? '127.0.0.1',
     port,
@@ -117,8 +116,7 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
     migrate: true,
     reconcileAfterMs: integer(ENV.reconcileAfterMs, read(ENV.reconcileAfterMs), 2 * staleAfterMs, { min: 0 }),
     consoleToken: read(ENV.consoleToken),
-    // A service on a free port (tests, a second service) takes a free console port too.
-    consolePort: consolePort?.toLowerCase() === 'off' ? undefined : integer(ENV.consolePort, consolePort, port === 0 ? 0 : 3002, { min: 0, max: 65535 }),
+    consolePort: consolePortFrom(read(ENV.consolePort), port),
     redisUrl: read(ENV.redisUrl),
     cacheSecret: read(ENV.cacheSecret),
     eventsUrl: read(ENV.eventsUrl),
@@ -157,6 +155,13 @@ export function integer(name: string, raw: string | undefined, fallback: number,
     throw new ConfigError(`${name} must be an integer ${bound}; got ${JSON.stringify(raw)}`)
   }
   return value
+}
+
+/** `CONSOLE_PORT`: a port, or `off`. A service on a free port (tests, a second service) takes a free console port too. */
+function consolePortFrom(raw: string | undefined, port: number): number | undefined {
+  if (raw?.toLowerCase() === 'off') return undefined
+  if (raw !== undefined && !/^\d+$/.test(raw)) throw new ConfigError(`${ENV.consolePort} must be a port from 0 to 65535, or off; got ${JSON.stringify(raw)}`)
+  return integer(ENV.consolePort, raw, port === 0 ? 0 : 3002, { min: 0, max: 65535 })
 }
 
 function flag(name: string, raw: string | undefined): boolean {

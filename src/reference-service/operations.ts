@@ -104,16 +104,14 @@ function consoleOptions(options: ServiceConsoleOptions) {
  * never serves the console without a token (issue 22).
  */
 export function mountServiceConsole(app: Hono<ServiceEnv>, options: ServiceConsoleOptions): void {
-  const token = options.config.consoleToken
+  const { consoleToken: token, consolePort } = options.config
+  const elsewhere =
+    consolePort === undefined
+      ? `the console is off (${ENV.consolePort}=off); set ${ENV.consoleToken} to serve it here`
+      : `the console is on its own listener on 127.0.0.1 (${ENV.consolePort}, printed at start), or set ${ENV.consoleToken} to serve it here`
   const answer: Handler<ServiceEnv> =
     token === undefined
-      ? (c) =>
-          problem({
-            type: 'not-found',
-            title: 'Not Found',
-            status: 404,
-            detail: `${c.req.path} is not served here without ${ENV.consoleToken}: the console is on its own listener on 127.0.0.1 (${ENV.consolePort}, printed at start), or set ${ENV.consoleToken} to serve it here`,
-          })
+      ? (c) => problem({ type: 'not-found', title: 'Not Found', status: 404, detail: `${c.req.path} is not served on the API without ${ENV.consoleToken}: ${elsewhere}` })
       : consoleHandler(createConsole({ ...consoleOptions(options), token }))
   app.all('/console', answer)
   app.all('/console/*', answer)

@@ -24,6 +24,8 @@ export interface RunningService {
   /** `http://HOST:PORT` of the API. */
   readonly url: string
   readonly providerUrl: string
+  /** `http://127.0.0.1:PORT/console` of the console's own listener, or undefined when `CONSOLE_PORT` is off. */
+  readonly consoleUrl: string | undefined
   /** Stops the API, then the provider (if a child), then the database (if embedded). */
   stop(): Promise<void>
 }
@@ -148,7 +150,7 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
         '',
       ].join('\n'),
     )
-    return { url, providerUrl: provider.url, stop: () => stopAll() }
+    return { url, providerUrl: provider.url, consoleUrl: served?.url, stop: () => stopAll() }
   } catch (error) {
     await stopAll({ failedStart: true })
     throw error
