@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprintRequest, isOncelyError } from '../../src/index.js'
-import { createConsole, type OperatorConsole } from '../../src/ops/console/console-handler.js'
+import { buildConsole, createConsole, type OperatorConsole } from '../../src/ops/console/console-handler.js'
 import { serveConsole, type ServedConsole } from '../../src/ops/console/serve-console.js'
 import { inspectKey } from '../../src/ops/keys.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
@@ -70,6 +70,14 @@ describe('the console without a token', () => {
       expect([header, answer.status]).toEqual([header, 404])
     }
     expect((await send(url, { headers: { host: 'rebound.example:4000' } })).status).toBe(403)
+  })
+
+  it('lets in no request it was not given by its own listener with the socket, whatever its Host says', async () => {
+    const inner = buildConsole({ database: database(), log }, 'loopback listener')
+    for (const host of ['127.0.0.1:4000', 'localhost:4000', '[::1]:4000']) {
+      expect((await inner.fetch(at('', { host, headers: { host } }))).status).toBe(404)
+      expect((await inner.fetch(at('/api/keys?user=c1', { host }))).status).toBe(404)
+    }
   })
 
   it('refuses a change without the CSRF token or from another origin, and makes it with both', async () => {
