@@ -39,7 +39,7 @@ export interface ServiceConfig {
   /**
    * Port of the console's own listener, always bound to 127.0.0.1 (without `consoleToken` the only
    * place the console is served); 0 picks a free one; undefined (`CONSOLE_PORT=off`) starts none.
-   * (Default: 3002, or 0 when `port` is 0)
+   * (Default: 3002 when `port` is 3000, else 0)
    */
   consolePort: number | undefined
   /** A Redis used only as a cache in front of PostgreSQL. (Default: none) */
@@ -157,11 +157,14 @@ export function integer(name: string, raw: string | undefined, fallback: number,
   return value
 }
 
-/** `CONSOLE_PORT`: a port, or `off`. A service on a free port (tests, a second service) takes a free console port too. */
+/**
+ * `CONSOLE_PORT`: a port, or `off`. By default 3002 beside the default API port; beside any other
+ * (a free one in tests, a second service, a deployment) a free one, so two services never clash.
+ */
 function consolePortFrom(raw: string | undefined, port: number): number | undefined {
   if (raw?.toLowerCase() === 'off') return undefined
   if (raw !== undefined && !/^\d+$/.test(raw)) throw new ConfigError(`${ENV.consolePort} must be a port from 0 to 65535, or off; got ${JSON.stringify(raw)}`)
-  return integer(ENV.consolePort, raw, port === 0 ? 0 : 3002, { min: 0, max: 65535 })
+  return integer(ENV.consolePort, raw, port === 3000 ? 3002 : 0, { min: 0, max: 65535 })
 }
 
 function flag(name: string, raw: string | undefined): boolean {

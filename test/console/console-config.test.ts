@@ -6,7 +6,8 @@ describe('CONSOLE_PORT', () => {
   it.each<[Record<string, string>, number | undefined]>([
     [{}, 3002],
     [{ PORT: '0' }, 0],
-    [{ PORT: '8080' }, 3002],
+    [{ PORT: '3000' }, 3002],
+    [{ PORT: '8080' }, 0],
     [{ CONSOLE_PORT: '4100' }, 4100],
     [{ PORT: '0', CONSOLE_PORT: '4100' }, 4100],
     [{ CONSOLE_PORT: '0' }, 0],

@@ -34,7 +34,7 @@ flags (each overrides the environment variable named after it):
                               (entries signed with ONCELY_CACHE_SECRET)
   --console-port N            CONSOLE_PORT: the console's own listener, on
                               127.0.0.1 only; 0 for a free port, off for none
-                              (default: 3002, or 0 when --port is 0). The API
+                              (default: 3002 with port 3000, else 0). The API
                               serves /console only with CONSOLE_TOKEN set
   --chaos                     CHAOS=1: honour X-Chaos-Crash: after-claim|after-provider
   --no-migrate                do not apply the migrations at start
