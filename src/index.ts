@@ -34,6 +34,8 @@ export { RECONCILE_DECISIONS, REQUEST_OUTCOMES } from './ops/reconcile-decisions
 export type { ReconcileDecisionName, RequestOutcome } from './ops/reconcile-decisions.js'
 export { createConsole } from './ops/console/console-handler.js'
 export type { ConsoleOptions, OperatorConsole } from './ops/console/console-handler.js'
+export { serveConsole } from './ops/console/serve-console.js'
+export type { ServeConsoleOptions, ServedConsole } from './ops/console/serve-console.js'
 export { ENGINE_EVENTS, engineChannelName, publishEngineEvent } from './engine/events.js'
 export type { EngineEvent, EngineEventName } from './engine/events.js'
 export { instrumentEngine } from './ops/telemetry.js'

@@ -29,6 +29,13 @@ export interface ReleaseKeyOptions {
   log?: LogOption
   /** A cache in front of the store (such as the Redis cache), evicted after the release. (Default: none) */
   cache?: EvictableCache
+  /**
+   * Asked before a forced release, with the key as it was read: a reason refuses it (`reason:
+   * 'refused'`, nothing changed). The delete matches the state read, so a key that settles after
+   * the check is not released. The console uses it to ask a token and a typed confirmation for a
+   * key with a stored outcome. (Default: none, every force is allowed)
+   */
+  checkForce?: (key: KeyDetails) => string | undefined
 }
 
 /** Why a release was refused; nothing was changed. */
@@ -38,6 +45,8 @@ export type ReleaseRefusal =
   | { released: false; reason: 'held'; detail: string; key: KeyDetails }
   /** The claim may have had a side effect: `force` releases it anyway. */
   | { released: false; reason: 'may-have-acted'; detail: string; key: KeyDetails }
+  /** `checkForce` refused the forced release, for `detail`. */
+  | { released: false; reason: 'refused'; detail: string; key: KeyDetails }
   /** The row changed between the read and the delete (renewed, taken over, settled): look again. */
   | { released: false; reason: 'changed'; detail: string }
 
@@ -74,6 +83,11 @@ export async function releaseKey(target: AdminDatabase, options: ReleaseKeyOptio
   const forced = options.force === true
   if (acted !== undefined && !forced) {
     return { released: false, reason: 'may-have-acted', detail: `${acted}; releasing would make the next retry a new operation with new provider keys. Check them, then force`, key: details }
+  }
+  const refusal = acted === undefined ? undefined : options.checkForce?.(details)
+  if (refusal !== undefined) {
+    log.warn({ audit: 'release-refused', actor, scope, key: logKey(key), claimId: details.claimId, state: details.state, reason: refusal }, 'forced release of an idempotency key refused')
+    return { released: false, reason: 'refused', detail: refusal, key: details }
   }
   const { rows } = await db.query<{ claim_id: string }>({
     text: sql.releaseKey,

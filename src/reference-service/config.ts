@@ -34,8 +34,14 @@ export interface ServiceConfig {
   migrate: boolean
   /** A claim not renewed for this long is handed to the in-process reconciler; 0 turns it off. (Default: 2 × staleAfterMs) */
   reconcileAfterMs: number
-  /** Serves `/console` on a non-loopback host, and requires it on any. (Default: none) */
+  /** Serves `/console` on the API, where it is required on every request, and on the console's listener. (Default: none) */
   consoleToken: string | undefined
+  /**
+   * Port of the console's own listener, always bound to 127.0.0.1 (without `consoleToken` the only
+   * place the console is served); 0 picks a free one; undefined (`CONSOLE_PORT=off`) starts none.
+   * (Default: 3002 when `port` is 3000, else 0)
+   */
+  consolePort: number | undefined
   /** A Redis used only as a cache in front of PostgreSQL. (Default: none) */
   redisUrl: string | undefined
   /** The HMAC secret of the cache's entries, shared by every process using the cache. (Default: a random one per process) */
@@ -71,6 +77,7 @@ export const ENV = {
   chaos: 'CHAOS',
   reconcileAfterMs: 'RECONCILE_AFTER_MS',
   consoleToken: 'CONSOLE_TOKEN',
+  consolePort: 'CONSOLE_PORT',
   redisUrl: 'REDIS_URL',
   cacheSecret: 'ONCELY_CACHE_SECRET',
   eventsUrl: 'EVENTS_URL',
@@ -92,9 +99,10 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
     throw new ConfigError(`${ENV.strategy} must be one of ${STRATEGIES.join(', ')}; got ${JSON.stringify(strategy)}`)
   }
   const staleAfterMs = integer(ENV.staleAfterMs, read(ENV.staleAfterMs), DEFAULT_STALE_AFTER_MS, { min: 1 })
+  const port = integer(ENV.port, read(ENV.port), 3000, { min: 0, max: 65535 })
   const config: ServiceConfig = {
     host: read(ENV.host) ?? '127.0.0.1',
-    port: integer(ENV.port, read(ENV.port), 3000, { min: 0, max: 65535 }),
+    port,
     databaseUrl: read(ENV.databaseUrl),
     dataDir: read(ENV.dataDir) ?? '.oncely/pg',
     schema: read(ENV.schema) ?? 'oncely',
@@ -108,6 +116,7 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
     migrate: true,
     reconcileAfterMs: integer(ENV.reconcileAfterMs, read(ENV.reconcileAfterMs), 2 * staleAfterMs, { min: 0 }),
     consoleToken: read(ENV.consoleToken),
+    consolePort: consolePortFrom(read(ENV.consolePort), port),
     redisUrl: read(ENV.redisUrl),
     cacheSecret: read(ENV.cacheSecret),
     eventsUrl: read(ENV.eventsUrl),
@@ -146,6 +155,16 @@ export function integer(name: string, raw: string | undefined, fallback: number,
     throw new ConfigError(`${name} must be an integer ${bound}; got ${JSON.stringify(raw)}`)
   }
   return value
+}
+
+/**
+ * `CONSOLE_PORT`: a port, or `off`. By default 3002 beside the default API port; beside any other
+ * (a free one in tests, a second service, a deployment) a free one, so two services never clash.
+ */
+function consolePortFrom(raw: string | undefined, port: number): number | undefined {
+  if (raw?.toLowerCase() === 'off') return undefined
+  if (raw !== undefined && !/^\d+$/.test(raw)) throw new ConfigError(`${ENV.consolePort} must be a port from 0 to 65535, or off; got ${JSON.stringify(raw)}`)
+  return integer(ENV.consolePort, raw, port === 3000 ? 3002 : 0, { min: 0, max: 65535 })
 }
 
 function flag(name: string, raw: string | undefined): boolean {

@@ -1,6 +1,9 @@
 import { createOutbox, outboxBacklog } from '../outbox/index.js'
-import type { Hono } from 'hono'
-import { createConsole } from '../ops/console/console-handler.js'
+import type { IncomingMessage } from 'node:http'
+import type { Handler, Hono } from 'hono'
+import { notePeer } from '../ops/console/console-access.js'
+import { createConsole, type OperatorConsole } from '../ops/console/console-handler.js'
+import { serveConsole, type ServedConsole } from '../ops/console/serve-console.js'
 import { createMetrics, type OncelyMetrics, type RequestOutcomeEvent } from '../ops/metrics.js'
 import type { LogOption } from '../index.js'
 import type { Engine } from '../engine/engine.js'
@@ -9,8 +12,9 @@ import type { EvictableCache } from '../ops/release-key.js'
 import { startReconciler, type ReconcilerLoop } from '../ops/reconciler-loop.js'
 import type { PoolLike, PostgresStore, Queryable } from '../store/postgres/index.js'
 import { chargeReconcileHook } from './charge-reconcile-hook.js'
-import type { ServiceConfig } from './config.js'
+import { ENV, type ServiceConfig } from './config.js'
 import type { ServiceEnv } from './context.js'
+import { problem } from './problem.js'
 
 /** The one route the service guards, as the per-route metrics name it. */
 export const CHARGES_ROUTE = 'POST /v1/charges'
@@ -56,28 +60,58 @@ export function startServiceReconciler(options: {
   return { reconciler, runOnce: () => reconciler.runOnce() }
 }
 
-const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '::1'])
+export interface ServiceConsoleOptions {
+  pool: PoolLike
+  config: Readonly<ServiceConfig>
+  metrics: OncelyMetrics
+  reconcile: () => Promise<ReconcileReport[]>
+  log: LogOption
+  cache?: EvictableCache | undefined
+}
 
-/**
- * `GET /console`: the operators' page. On a non-loopback `HOST` it is served only with
- * `CONSOLE_TOKEN` set; with the token set it is required on any host.
- */
-export function mountServiceConsole(
-  app: Hono<ServiceEnv>,
-  options: { pool: PoolLike; config: Readonly<ServiceConfig>; metrics: OncelyMetrics; reconcile: () => Promise<ReconcileReport[]>; log: LogOption; cache?: EvictableCache | undefined },
-): void {
+function consoleOptions(options: ServiceConsoleOptions) {
   const { pool, config, metrics, reconcile, log, cache } = options
-  const operatorConsole = createConsole({
+  return {
     database: { pool, schema: config.schema },
     staleAfterMs: config.staleAfterMs,
-    exposed: !LOOPBACK_HOSTS.has(config.host),
-    ...(config.consoleToken === undefined ? {} : { token: config.consoleToken }),
     outcomeTotals: metrics.outcomeTotals,
     reconcile,
     log,
     // A key released from the page must not replay the cache's answer (issue 10).
     ...(cache === undefined ? {} : { cache }),
-  })
-  app.all('/console', (c) => operatorConsole.fetch(c.req.raw))
-  app.all('/console/*', (c) => operatorConsole.fetch(c.req.raw))
+  }
+}
+
+/**
+ * `/console` on the API: with `CONSOLE_TOKEN`, the console, which needs the token on every
+ * request whatever its host; without, a 404 that says where the console is. The API is what a
+ * reverse proxy routes to, and a proxy on this host makes every client look local, so the API
+ * never serves the console without a token (issue 22).
+ */
+export function mountServiceConsole(app: Hono<ServiceEnv>, options: ServiceConsoleOptions): void {
+  const { consoleToken: token, consolePort } = options.config
+  const elsewhere =
+    consolePort === undefined
+      ? `the console is off (${ENV.consolePort}=off); set ${ENV.consoleToken} to serve it here`
+      : `the console is on its own listener on 127.0.0.1 (${ENV.consolePort}, printed at start), or set ${ENV.consoleToken} to serve it here`
+  const answer: Handler<ServiceEnv> =
+    token === undefined
+      ? (c) => problem({ type: 'not-found', title: 'Not Found', status: 404, detail: `${c.req.path} is not served on the API without ${ENV.consoleToken}: ${elsewhere}` })
+      : consoleHandler(createConsole({ ...consoleOptions(options), token }))
+  app.all('/console', answer)
+  app.all('/console/*', answer)
+}
+
+/** The console's own listener on 127.0.0.1 (`CONSOLE_PORT`), or none when it is off. */
+export async function startServiceConsole(options: ServiceConsoleOptions): Promise<ServedConsole | undefined> {
+  if (options.config.consolePort === undefined) return undefined
+  return serveConsole({ ...consoleOptions(options), token: options.config.consoleToken, host: '127.0.0.1', port: options.config.consolePort })
+}
+
+/** Hands the request to the console with the socket it came on, for the audit line's actor. */
+function consoleHandler(operatorConsole: OperatorConsole): Handler<ServiceEnv> {
+  return (c) => {
+    const socket = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket
+    return operatorConsole.fetch(notePeer(c.req.raw, { localAddress: socket?.localAddress, remoteAddress: socket?.remoteAddress }))
+  }
 }

@@ -19,12 +19,14 @@ import { createServiceTables } from './sql.js'
 import { createOutbox } from '../outbox/index.js'
 import { startEventRelay } from './events.js'
 import { createReceiptSender } from './receipt.js'
-import { createServiceMetrics, mountServiceConsole, startServiceReconciler } from './operations.js'
+import { createServiceMetrics, mountServiceConsole, startServiceConsole, startServiceReconciler } from './operations.js'
 
 export interface RunningService {
   /** `http://HOST:PORT` of the API. */
   readonly url: string
   readonly providerUrl: string
+  /** `http://127.0.0.1:PORT/console` of the console's own listener, or undefined when `CONSOLE_PORT` is off. */
+  readonly consoleUrl: string | undefined
   /** Stops the API, then the provider (if a child), then the database (if embedded). */
   stop(): Promise<void>
 }
@@ -116,7 +118,8 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     }
     const operations = startServiceReconciler({ engine, pool, config, providerUrl: provider.url, metrics, log: logger })
     cleanups.push({ stop: async () => operations.reconciler?.stop() })
-    mountServiceConsole(app, { pool, config, metrics, reconcile: operations.runOnce, log: logger, cache: cached.cache })
+    const consoleOptions = { pool, config, metrics, reconcile: operations.runOnce, log: logger, cache: cached.cache }
+    mountServiceConsole(app, consoleOptions)
     const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
       const started = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, () => resolve(started))
       started.once('error', reject)
@@ -135,6 +138,8 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     const { port } = server.address() as AddressInfo
     const host = config.host.includes(':') ? `[${config.host}]` : config.host
     const url = `http://${host}:${port}`
+    const served = await startServiceConsole(consoleOptions)
+    if (served) cleanups.push({ stop: () => served.close() })
     await claim?.publish({ ...record, url })
     // One write, so a reader that sees the ready line sees the lines to try with it.
     process.stdout.write(
@@ -142,15 +147,23 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
         `oncely reference service (${config.strategy}, pid ${process.pid}) on ${database.description}, ${provider.description} at ${provider.url}`,
         ...(config.databaseUrl === undefined ? [`database: ${database.url} (oncely commands run in this folder use it when DATABASE_URL is unset)`] : []),
         `listening on ${url}`,
+        consoleLine(config, url, served?.url),
         tryLines(url),
         '',
       ].join('\n'),
     )
-    return { url, providerUrl: provider.url, stop: () => stopAll() }
+    return { url, providerUrl: provider.url, consoleUrl: served?.url, stop: () => stopAll() }
   } catch (error) {
     await stopAll({ failedStart: true })
     throw error
   }
+}
+
+/** Where the console is: its own loopback listener, and the API's `/console` with a token. */
+function consoleLine(config: Readonly<ServiceConfig>, url: string, listener: string | undefined): string {
+  const onApi = config.consoleToken === undefined ? undefined : `${url}/console (CONSOLE_TOKEN required)`
+  if (listener === undefined) return `console: ${onApi ?? 'off (CONSOLE_PORT=off, no CONSOLE_TOKEN)'}`
+  return `console: ${listener} (127.0.0.1 only${config.consoleToken === undefined ? ', no token' : ', CONSOLE_TOKEN required'})${onApi === undefined ? '' : `; ${onApi}`}`
 }
 
 function tryLines(url: string): string {

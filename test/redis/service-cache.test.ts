@@ -9,6 +9,8 @@ import { REDIS_ADDRESS, redisForTests } from './support/test-redis.js'
 // The reference service with REDIS_URL, as a black box: the answers are the same with Redis,
 // when it stops mid-run, when it is flushed, and when it holds entries it did not write.
 const availability = await redisForTests()
+// Forcing the release of a key with a stored outcome needs the console's token (issue 22).
+const CONSOLE_TOKEN = 'the service test console token'
 
 describe.skipIf(!availability.run)('the reference service with REDIS_URL', () => {
   let db: TestDatabase
@@ -35,7 +37,7 @@ describe.skipIf(!availability.run)('the reference service with REDIS_URL', () =>
       schema: db.schema,
       providerUrl: provider.url,
       staleAfterMs: 10_000,
-      env: { REDIS_URL: `redis://127.0.0.1:${proxy.port}`, ONCELY_CACHE_SECRET: 'the service test secret' },
+      env: { REDIS_URL: `redis://127.0.0.1:${proxy.port}`, ONCELY_CACHE_SECRET: 'the service test secret', CONSOLE_TOKEN },
     })
   })
   afterAll(async () => {
@@ -67,12 +69,13 @@ describe.skipIf(!availability.run)('the reference service with REDIS_URL', () =>
     const id = user()
     const first = await post(service.url, { user: id, key: 'console-1' })
     expect((await post(service.url, { user: id, key: 'console-1' })).headers.get('idempotent-replayed')).toBe('true')
-    const page = await (await fetch(`${service.url}/console`)).text()
+    const authorization = `Bearer ${CONSOLE_TOKEN}`
+    const page = await (await fetch(`${service.url}/console`, { headers: { authorization } })).text()
     const csrf = /name="oncely-csrf" content="([^"]+)"/.exec(page)?.[1] ?? ''
     const released = await fetch(`${service.url}/console/api/release`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-csrf-token': csrf, origin: new URL(service.url).origin },
-      body: JSON.stringify({ user: id, key: 'console-1', force: true }),
+      headers: { authorization, 'content-type': 'application/json', 'x-csrf-token': csrf, origin: new URL(service.url).origin },
+      body: JSON.stringify({ user: id, key: 'console-1', force: true, confirm: 'console-1' }),
     })
     expect(released.status).toBe(200)
     expect(await released.json()).toMatchObject({ released: true })

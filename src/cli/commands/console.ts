@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util'
 import { createEngine, DEFAULT_TTL_MS } from '../../index.js'
-import { createConsole } from '../../ops/console/console-handler.js'
+import { isLoopbackHost } from '../../ops/console/console-access.js'
 import { serveConsole } from '../../ops/console/serve-console.js'
 import { reconcileStuckClaims } from '../../ops/reconciler.js'
 import { createPostgresStore, type Queryable } from '../../store/postgres/index.js'
@@ -16,10 +16,13 @@ export const command: Command = {
 
 Serves the operators' console (running and stuck claims, search, a key's details, release and
 reconcile buttons) against any oncely database, at http://HOST:PORT/console. It shows every
-user's stored responses: it binds 127.0.0.1 by default, every change is a POST with the page's
-CSRF token from its own origin, and on any other host it needs CONSOLE_TOKEN (then
-Authorization: Bearer <token>, or the login form). Live request rates are shown by the
-service's own /console, which sees the requests.
+user's stored responses: it binds 127.0.0.1 by default, and every change is a POST with the
+page's CSRF token from its own origin. Without CONSOLE_TOKEN it binds only a loopback address
+and answers only a request whose socket is loopback at both ends and that carries no proxy
+header (never put a proxy in front of it); with CONSOLE_TOKEN every request needs
+Authorization: Bearer <token> or the login form, on any host. Forcing the release of a key
+with a stored outcome needs CONSOLE_TOKEN and the key typed again. Live request rates are
+shown by the service's own console, which sees the requests.
 
   --port N             port (default 4000; 0 picks a free one)
   --host H             interface (default 127.0.0.1)
@@ -42,22 +45,21 @@ exit codes: 0 stopped by SIGINT/SIGTERM, 1 could not start, 2 bad usage or no da
     if (!Number.isSafeInteger(port) || port < 0 || port > 65535) throw new UsageError(`--port must be 0 to 65535, got ${JSON.stringify(values.port)}`)
     const host = values.host ?? '127.0.0.1'
     const token = process.env.CONSOLE_TOKEN?.trim() || undefined
-    const exposed = !['127.0.0.1', 'localhost', '::1'].includes(host)
-    if (exposed && token === undefined) throw new UsageError(`--host ${host} is not loopback: set CONSOLE_TOKEN (the console shows every user's stored responses)`)
+    if (token === undefined && !isLoopbackHost(host)) throw new UsageError(`--host ${host} is not loopback: set CONSOLE_TOKEN (the console shows every user's stored responses)`)
     const { pool, schema } = openDatabase(values)
     const log = (line: string) => process.stderr.write(`${line}\n`)
     try {
       const hook = await reconcileHookFrom(values, pool, schema)
       const engine = createEngine<Queryable>({ store: createPostgresStore({ pool, schema }), staleAfterMs, ttlMs: DEFAULT_TTL_MS })
-      const operatorConsole = createConsole({
+      const served = await serveConsole({
         database: { pool, schema },
         staleAfterMs,
-        exposed,
-        ...(token === undefined ? {} : { token }),
+        token,
         reconcile: () => reconcileStuckClaims({ engine, database: { pool, schema }, hook, log }),
         log,
+        host,
+        port,
       })
-      const served = await serveConsole(operatorConsole, { host, port })
       process.stdout.write(`oncely console on schema "${schema}": listening on ${served.url}\n`)
       const signal = await new Promise<NodeJS.Signals>((resolve) => {
         process.once('SIGINT', () => resolve('SIGINT'))

@@ -32,6 +32,10 @@ flags (each overrides the environment variable named after it):
                               none (no idempotency: the benchmarks' baseline)
   --redis-url URL             REDIS_URL: a Redis as a cache in front of PostgreSQL
                               (entries signed with ONCELY_CACHE_SECRET)
+  --console-port N            CONSOLE_PORT: the console's own listener, on
+                              127.0.0.1 only; 0 for a free port, off for none
+                              (default: 3002 with port 3000, else 0). The API
+                              serves /console only with CONSOLE_TOKEN set
   --chaos                     CHAOS=1: honour X-Chaos-Crash: after-claim|after-provider
   --no-migrate                do not apply the migrations at start
 
@@ -55,6 +59,7 @@ const FLAGS: Record<string, keyof typeof ENV> = {
   'reconcile-after-ms': 'reconcileAfterMs',
   strategy: 'strategy',
   'redis-url': 'redisUrl',
+  'console-port': 'consolePort',
 }
 
 export const command: Command = {

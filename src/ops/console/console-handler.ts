@@ -1,12 +1,14 @@
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
+import { createHmac, randomBytes } from 'node:crypto'
 import { DEFAULT_STALE_AFTER_MS } from '../../engine/options.js'
 import { invalid, invalidHidden, positiveInteger } from '../../option-validation.js'
 import type { AdminDatabase } from '../admin-database.js'
 import { keyStats } from '../key-stats.js'
-import { inspectKey, listKeys } from '../keys.js'
+import { inspectKey, listKeys, type KeyDetails } from '../keys.js'
 import { resolveLogger, type LogOption } from '../logger.js'
 import type { ReconcileReport } from '../reconciler.js'
 import { releaseKey, type EvictableCache } from '../release-key.js'
+import { actorOf, isLoopbackAddress, LOOPBACK_HOST_NAMES, peerOf, PROXY_HEADERS } from './console-access.js'
+import { crossSiteRefusal, hostName, html, json, problem, readCookie, same } from './console-http.js'
 import { consolePage, loginPage } from './console-page.js'
 import { CONSOLE_SCRIPT } from './console-script.js'
 
@@ -18,13 +20,11 @@ export interface ConsoleOptions {
   /** Where the page is mounted. (Default: `/console`) */
   basePath?: string
   /**
-   * Required from every visitor when set: `Authorization: Bearer <token>`, or the login form,
-   * which sets an HttpOnly, SameSite=Strict cookie. Without it the console answers only
-   * requests addressed to a loopback host name. (Default: none)
+   * Required from every visitor: `Authorization: Bearer <token>`, or the login form, which sets
+   * an HttpOnly, SameSite=Strict cookie. At least 16 characters. A console without a token is
+   * served only by `serveConsole`, on its own loopback listener. (Default: none, required)
    */
-  token?: string | undefined
-  /** True when the server listens on a non-loopback interface: the console is then refused unless `token` is set. (Default: false) */
-  exposed?: boolean
+  token: string
   /** Request totals by outcome, for the live rates (e.g. read from the metrics registry). (Default: none) */
   outcomeTotals?: () => Promise<Record<string, number>>
   /** Runs the reconciler once, for the page's button. (Default: none, the button is hidden) */
@@ -44,36 +44,67 @@ export interface OperatorConsole {
   readonly basePath: string
 }
 
-const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]', '::1'])
+/** How the console lets a visitor in: its token, or (only on `serveConsole`'s own listener) a loopback socket. */
+export type ConsoleAccess = 'token' | 'loopback listener'
+
 const COOKIE = 'oncely_console'
 
 /**
  * The operators' page: live rates by outcome, running and stuck claims with their ages, search
  * by user and key, a key's details, release and reconcile buttons. It shows every user's stored
- * responses, so every change is a POST carrying the page's CSRF token from the page's own origin,
- * and it is served to a non-loopback host only with a token.
+ * responses, so it needs `token` from every visitor, whatever host or proxy headers a request
+ * carries, and every change is a POST carrying the page's CSRF token from the page's own origin.
+ * For a console without a token, use `serveConsole`, which binds loopback itself.
  *
  * @example
  * ```ts
  * import { createConsole } from 'oncely'
- * const operatorConsole = createConsole({ database: { pool }, token: process.env.CONSOLE_TOKEN })
+ * const operatorConsole = createConsole({ database: { pool }, token: process.env.CONSOLE_TOKEN! })
  * app.all('/console/*', (c) => operatorConsole.fetch(c.req.raw))
  * ```
  */
 export function createConsole(options: ConsoleOptions): OperatorConsole {
+  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
+  if (typeof options.token !== 'string' || options.token === '') {
+    throw invalid('token', 'is required: a console without one is served only by serveConsole, on its own loopback listener', options.token)
+  }
+  return buildConsole(options, 'token')
+}
+
+/**
+ * The console behind `createConsole` and `serveConsole`. With `'loopback listener'` it lets in
+ * only requests `serveConsole` built from a socket whose both ends are loopback addresses (never
+ * a header), and not one that a proxy's headers say was forwarded.
+ */
+export function buildConsole(options: Omit<ConsoleOptions, 'token'> & { token?: string | undefined }, access: ConsoleAccess): OperatorConsole {
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
   const staleAfterMs = positiveInteger('staleAfterMs', options.staleAfterMs ?? DEFAULT_STALE_AFTER_MS)
   const basePath = (options.basePath ?? '/console').replace(/\/+$/, '')
   if (!basePath.startsWith('/')) throw invalid('basePath', 'must start with /', options.basePath)
   const token = options.token === undefined || options.token === '' ? undefined : options.token
   if (token !== undefined && token.length < 16) throw invalidHidden('token', 'must be at least 16 characters', `${token.length} characters (not shown)`)
+  if ((access === 'token') !== (token !== undefined)) throw invalid('token', access === 'token' ? 'is required' : 'must be unset on a loopback listener', '(not shown)')
   const log = resolveLogger(options.log)
   const database = options.database
   const csrf = randomBytes(24).toString('base64url')
   const cookieValue = token === undefined ? undefined : createHmac('sha256', token).update('oncely console session').digest('base64url')
 
+  /** Why a request may not see the console at all, before any authentication. */
+  const refusal = (request: Request): Response | undefined => {
+    if (access === 'token') return undefined
+    const peer = peerOf(request)
+    // The socket, never a header: a proxy on this host sends every client's request from loopback.
+    if (peer === undefined || !isLoopbackAddress(peer.localAddress) || !isLoopbackAddress(peer.remoteAddress)) {
+      return problem(404, 'this console has no token: it is served only on its own loopback listener')
+    }
+    if (PROXY_HEADERS.some((name) => request.headers.has(name))) return problem(404, 'this console has no token: it does not answer a request a proxy forwarded; set CONSOLE_TOKEN')
+    // A DNS-rebound name reaches a loopback socket from a page of another site.
+    if (!LOOPBACK_HOST_NAMES.has(hostName(request))) return problem(403, 'the console answers only a loopback host name unless a token is set')
+    return undefined
+  }
+
   const authorized = (request: Request): boolean => {
-    if (token === undefined) return true
+    if (token === undefined) return access === 'loopback listener'
     const bearer = /^Bearer (.+)$/.exec(request.headers.get('authorization') ?? '')?.[1]
     if (bearer !== undefined && same(bearer, token)) return true
     const cookie = readCookie(request.headers.get('cookie'), COOKIE)
@@ -83,34 +114,34 @@ export function createConsole(options: ConsoleOptions): OperatorConsole {
   async function route(request: Request): Promise<Response> {
     const url = new URL(request.url)
     const path = url.pathname.slice(basePath.length) || '/'
-    if (options.exposed === true && token === undefined) {
-      return problem(404, 'the console is not served on a non-loopback host without CONSOLE_TOKEN')
-    }
-    // Without a token, only a loopback host name: a DNS-rebound name could otherwise read the page.
-    if (token === undefined && !LOOPBACK_HOSTS.has(hostName(request))) return problem(403, 'the console answers only a loopback host name unless a token is set')
+    const refused = refusal(request)
+    if (refused !== undefined) return refused
     if (request.method === 'POST' && path === '/login' && token !== undefined) return login(request)
     if (!authorized(request)) {
       return request.method === 'GET' && path === '/' ? html(loginPage(basePath), 401) : problem(401, 'send Authorization: Bearer <CONSOLE_TOKEN>, or log in')
     }
     if (request.method === 'GET') {
-      if (path === '/') return html(consolePage({ basePath, csrf, canReconcile: options.reconcile !== undefined }))
+      if (path === '/') return html(consolePage({ basePath, csrf, canReconcile: options.reconcile !== undefined, canForceOutcome: access === 'token' }))
       if (path === '/console.js') return new Response(CONSOLE_SCRIPT, { headers: { 'content-type': 'text/javascript; charset=utf-8', 'cache-control': 'no-store' } })
       if (path === '/api/overview') return json(await overview())
       if (path === '/api/keys') return json(await search(url.searchParams))
       return problem(404, `no console page ${path}`)
     }
     if (request.method !== 'POST') return problem(405, `${request.method} is not allowed here`)
-    const refusal = crossSiteRefusal(request, csrf)
-    if (refusal !== undefined) return problem(403, refusal)
-    const body = (await request.json().catch(() => ({}))) as { user?: unknown; key?: unknown; force?: unknown }
+    const crossSite = crossSiteRefusal(request, csrf)
+    if (crossSite !== undefined) return problem(403, crossSite)
+    const body = (await request.json().catch(() => ({}))) as { user?: unknown; key?: unknown; force?: unknown; confirm?: unknown }
+    const actor = actorOf(request, access)
     if (path === '/api/release') {
       if (typeof body.user !== 'string' || typeof body.key !== 'string') return problem(400, 'send JSON { "user": "…", "key": "…" }')
-      const result = await releaseKey(database, { scope: body.user, key: body.key, force: body.force === true, staleAfterMs, actor: `console ${request.headers.get('x-forwarded-for') ?? 'local'}`, log, ...(options.cache === undefined ? {} : { cache: options.cache }) })
-      return json(result, result.released ? 200 : 409)
+      const key = body.key
+      const checkForce = (details: KeyDetails) => storedOutcomeRefusal(details, access, body.confirm === key)
+      const result = await releaseKey(database, { scope: body.user, key, force: body.force === true, staleAfterMs, actor, log, checkForce, ...(options.cache === undefined ? {} : { cache: options.cache }) })
+      return json(result, result.released ? 200 : result.reason === 'refused' ? 403 : 409)
     }
     if (path === '/api/reconcile') {
       if (!options.reconcile) return problem(404, 'no reconciler is configured for this console')
-      log.warn({ audit: 'reconcile', actor: 'console' }, 'reconcile run requested from the console')
+      log.warn({ audit: 'reconcile', actor }, 'reconcile run requested from the console')
       return json(await options.reconcile())
     }
     return problem(404, `no console action ${path}`)
@@ -134,8 +165,8 @@ export function createConsole(options: ConsoleOptions): OperatorConsole {
   }
 
   async function login(request: Request): Promise<Response> {
-    const refusal = crossSiteRefusal(request, undefined)
-    if (refusal !== undefined) return problem(403, refusal)
+    const crossSite = crossSiteRefusal(request, undefined)
+    if (crossSite !== undefined) return problem(403, crossSite)
     // eslint-disable-next-line @typescript-eslint/no-deprecated -- the login page posts one urlencoded field; the deprecation is about multipart bodies
     const form = await request.formData().catch(() => undefined)
     const given = form?.get('token')
@@ -160,55 +191,13 @@ export function createConsole(options: ConsoleOptions): OperatorConsole {
 }
 
 /**
- * A change must come from the page itself: its Origin (when the browser sends one, and every
- * current browser does on POST) is the console's own, and, for API calls, it carries the CSRF
- * token only the page can read. Returns why a request is refused, or undefined.
+ * A forced release of a key with a stored outcome throws that outcome away: the client's next
+ * retry runs as a new operation and acts again (a second charge). It needs a console with a
+ * token, and the key typed again as `confirm`.
  */
-function crossSiteRefusal(request: Request, csrf: string | undefined): string | undefined {
-  const origin = request.headers.get('origin')
-  const own = new URL(request.url).origin
-  if (origin !== null && origin !== own && origin !== `${new URL(request.url).protocol}//${request.headers.get('host') ?? ''}`) return `a change from another origin (${origin}) is refused`
-  const site = request.headers.get('sec-fetch-site')
-  if (site !== null && site !== 'same-origin' && site !== 'none') return 'a cross-site change is refused'
-  if (csrf !== undefined && !same(request.headers.get('x-csrf-token') ?? '', csrf)) return 'the CSRF token is missing or wrong: reload the console'
+function storedOutcomeRefusal(details: KeyDetails, access: ConsoleAccess, confirmed: boolean): string | undefined {
+  if (details.status === 'in_progress') return undefined
+  if (access !== 'token') return `it holds a stored ${details.status} outcome: forcing its release needs a console started with CONSOLE_TOKEN`
+  if (!confirmed) return `it holds a stored ${details.status} outcome, and the next retry would run as a new operation: send the key again as "confirm" to force its release`
   return undefined
-}
-
-function hostName(request: Request): string {
-  const host = request.headers.get('host') ?? new URL(request.url).host
-  return host.startsWith('[') ? host.slice(0, host.indexOf(']') + 1) : (host.split(':')[0] ?? '')
-}
-
-function same(a: string, b: string): boolean {
-  const left = Buffer.from(a)
-  const right = Buffer.from(b)
-  return left.length === right.length && timingSafeEqual(left, right)
-}
-
-function readCookie(header: string | null, name: string): string | undefined {
-  for (const part of (header ?? '').split(';')) {
-    const [key, ...value] = part.trim().split('=')
-    if (key === name) return value.join('=')
-  }
-  return undefined
-}
-
-const SECURITY_HEADERS = {
-  'cache-control': 'no-store',
-  'x-frame-options': 'DENY',
-  'content-security-policy': "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'",
-  'referrer-policy': 'no-referrer',
-}
-
-function html(body: string, status = 200): Response {
-  return new Response(body, { status, headers: { 'content-type': 'text/html; charset=utf-8', ...SECURITY_HEADERS } })
-}
-
-function json(value: unknown, status = 200): Response {
-  return new Response(JSON.stringify(value), { status, headers: { 'content-type': 'application/json', 'cache-control': 'no-store' } })
-}
-
-function problem(status: number, detail: string): Response {
-  const title = { 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 503: 'Service Unavailable' }[status] ?? 'Error'
-  return new Response(JSON.stringify({ type: 'about:blank', title, status, detail }), { status, headers: { 'content-type': 'application/problem+json', 'cache-control': 'no-store' } })
 }

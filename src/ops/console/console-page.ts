@@ -27,7 +27,7 @@ pre { background: rgba(127,127,127,.1); padding: .5rem; border-radius: .3rem; ov
 
 const escapeAttribute = (value: string) => value.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;')
 
-export function consolePage(options: { basePath: string; csrf: string; canReconcile: boolean }): string {
+export function consolePage(options: { basePath: string; csrf: string; canReconcile: boolean; canForceOutcome: boolean }): string {
   const base = escapeAttribute(options.basePath)
   return `<!doctype html>
 <html lang="en">
@@ -36,6 +36,7 @@ export function consolePage(options: { basePath: string; csrf: string; canReconc
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="oncely-csrf" content="${escapeAttribute(options.csrf)}">
 <meta name="oncely-base" content="${base}">
+<meta name="oncely-force-outcome" content="${options.canForceOutcome ? 'token' : 'no'}">
 <title>oncely console</title>
 <style>${STYLE}</style>
 </head>

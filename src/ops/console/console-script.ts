@@ -5,6 +5,7 @@
 export const CONSOLE_SCRIPT = String.raw`'use strict'
 const base = document.querySelector('meta[name="oncely-base"]').content
 const csrf = document.querySelector('meta[name="oncely-csrf"]').content
+const canForceOutcome = document.querySelector('meta[name="oncely-force-outcome"]').content === 'token'
 const $ = (id) => document.getElementById(id)
 let previous
 
@@ -131,8 +132,17 @@ async function releaseKey(k) {
   let { status, data } = await call('/api/release', { user: k.scope, key: k.key })
   if (status === 409 && data.reason === 'may-have-acted') {
     const keys = (data.key.steps || []).map((s) => s.name + ': ' + s.providerKey).join('\n') || '(no step recorded; claim ' + data.key.claimId + ')'
-    if (!confirm(data.detail + '\n\nProvider keys to check:\n' + keys + '\n\nRelease anyway?')) return say('not released')
-    ;({ status, data } = await call('/api/release', { user: k.scope, key: k.key, force: true }))
+    const force = { user: k.scope, key: k.key, force: true }
+    if (data.key.status !== 'in_progress') {
+      // A stored outcome: forcing throws it away, and the client's next retry acts again.
+      if (!canForceOutcome) return say('not released: ' + data.detail + '. Forcing the release of a key with a stored outcome needs a console started with CONSOLE_TOKEN.', true)
+      const typed = prompt(data.detail + '\n\nForcing throws the stored ' + data.key.status + ' answer away: the next retry with this key runs as a NEW operation and charges again.\nProvider keys to check:\n' + keys + '\n\nType the key to force its release:')
+      if (typed === null) return say('not released')
+      force.confirm = typed
+    } else if (!confirm(data.detail + '\n\nProvider keys to check:\n' + keys + '\n\nRelease anyway?')) {
+      return say('not released')
+    }
+    ;({ status, data } = await call('/api/release', force))
   }
   if (data.released) {
     say('released ' + JSON.stringify(k.key) + ': ' + data.detail)
