@@ -39,7 +39,6 @@ describe('oncely verify against each adapter', () => {
           probe: perKey ? probe.perKeyUrl : probe.totalUrl,
           failBody: '{"fail":true,"amount":1}',
         })
-        if (process.env.VERIFY_PRINT) console.log(report.results.map((r) => `${r.id}: ${r.seen} [${r.reason}]`).join("\n"))
         expect(Object.fromEntries(report.results.map((result) => [result.id, result.outcome])), formatTable(report)).toEqual(EVERY_CHECK_BUT_TTL)
         expect(report.results.find((result) => result.id === 'retry-after')?.seen).toMatch(/^\d+ × 409 with Retry-After 1$/)
         expect(report.ok).toBe(true)

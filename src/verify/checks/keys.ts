@@ -12,8 +12,8 @@ async function refusedAll(context: CheckContext, specs: readonly RequestSpec[]) 
   })
   const problems = answers.flatMap((answer, i) => (answer.status === 400 ? [] : [`${specs[i]?.label} answered ${describe(answer)}, not 400`]))
   problems.push(...executionProblems(executions, 0))
-  const seen = `${answers.map((answer, i) => `${specs[i]?.label}: ${describe(answer)}`).join('; ')}; ${executionsText(executions)}`
-  return judge(expected, seen, problems, executions === undefined && context.options.probe !== undefined ? 'the probe counts per key, so requests without a usable key are not counted' : '')
+  const counted = executions === undefined && context.options.probe !== undefined ? 'executions not counted (the probe counts per key)' : executionsText(executions)
+  return judge(expected, `${answers.map((answer, i) => `${specs[i]?.label}: ${describe(answer)}`).join('; ')}; ${counted}`, problems)
 }
 
 export const missingKey: Check = {

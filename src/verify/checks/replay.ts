@@ -17,7 +17,7 @@ export const replay: Check = {
       return [first, await context.send({ label: 'the template again', key })] as const
     })
     if (again === undefined) return fail(expected, describe(first), `the template request answered ${first.status}, not a 2xx: fix the URL, --data or --header (nothing else can be judged)`)
-    const problems = [...(isReplayed(first) ? ['the first answer says it is a replay'] : []), ...replayProblems(again, first), ...executionProblems(executions, 1)]
+    const problems = [...(isReplayed(first) ? ['the first answer says it is a replay'] : []), ...replayProblems(again, first, 'the repeat'), ...executionProblems(executions, 1)]
     return judge(expected, `first ${describe(first)}; repeat ${describe(again)}; ${executionsText(executions)}`, problems)
   },
 }

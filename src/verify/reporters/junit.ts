@@ -2,7 +2,7 @@ import type { ConformanceReport } from '../runner.js'
 
 // XML 1.0 allows no control character but tab, newline and carriage return, even escaped.
 const escape = (text: string) =>
-  text.replace(/[&<>"']/g, (char) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[char] ?? char).replace(/[^\t\n\r\u0020-\uffff]/gu, '')
+  text.replace(/[&<>"']/g, (char) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[char] ?? char).replace(/[^\t\n\r\u{20}-\u{d7ff}\u{e000}-\u{fffd}\u{10000}-\u{10ffff}]/gu, '')
 
 /** The report as JUnit XML: one testsuite, one testcase per check, `<skipped>` with its reason. */
 export function formatJUnit(report: ConformanceReport): string {

@@ -105,15 +105,16 @@ async function start(framework: Framework, engine: Engine<Queryable>, probe: Pro
   }
   if (framework === 'hono') {
     const app = new Hono()
-    let charge: ReturnType<typeof chargeHandler> | undefined
+    // The gate needs the server, which exists only once the app is served.
+    const late: { charge?: ReturnType<typeof chargeHandler> } = {}
     app.post('/v1/charges', honoIdempotency({ engine, log, scope: (c) => scope(c.req.header('authorization')) }), async (c) => {
-      const out = await charge!(Object.fromEntries(c.req.raw.headers), await c.req.json())
+      const out = await late.charge!(Object.fromEntries(c.req.raw.headers), await c.req.json())
       return c.body(out.body, out.status as 201, { 'content-type': 'application/json' })
     })
     const server = await new Promise<Server>((resolve) => {
       const listening: Server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(listening)) as Server
     })
-    charge = chargeHandler(probe, burstGate(server))
+    late.charge = chargeHandler(probe, burstGate(server))
     return { url: await listen(server), close: () => closeServer(server) }
   }
   return startNest(engine, probe)
@@ -139,7 +140,7 @@ async function startNest(engine: Engine<Queryable>, probe: ProbeServer): Promise
   Module({ imports: [IdempotencyModule.forRoot({ engine, log: () => {}, scope: (req: express.Request) => scope(req.headers.authorization) })], controllers: [ChargeController] })(AppModule)
   const app = await NestFactory.create<NestExpressApplication>(AppModule, { logger: false })
   await app.init()
-  const server = app.getHttpServer() as Server
+  const server: Server = app.getHttpServer()
   gateOf.charge = chargeHandler(probe, burstGate(server))
   const url = await listen(server)
   return {
