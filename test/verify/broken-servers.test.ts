@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { formatTable, runConformance, type ConformanceReport } from '../../src/verify/index.js'
 import { startProbeServer, type ProbeServer } from './support/probe-server.js'
-import { startKeyedServer, startRunsEveryRequest, type ToyServer } from './support/toy-servers.js'
+import { startKeyedServer, startRunsEveryRequest, type KeyedFlaws, type ToyServer } from './support/toy-servers.js'
 
 let probe: ProbeServer
 
@@ -49,17 +49,30 @@ describe('oncely verify catches broken endpoints', () => {
     expect([seen['retry-after'], seen.ttl]).toEqual(['skip', 'skip'])
   })
 
-  it('fails only payload-mismatch for an endpoint that keeps keys but replays whatever the payload', async () => {
-    const report = await verify(() => startKeyedServer(probe, { checksPayload: false }), true)
-    const seen = outcomes(report)
-    expect(Object.entries(seen).filter(([, outcome]) => outcome === 'fail').map(([id]) => id), formatTable(report)).toEqual(['payload-mismatch'])
-    expect(reasonOf(report, 'payload-mismatch')).toMatch(/^the changed payload answered 201 replayed, \d+ bytes, not 422$/)
-    expect(seen.replay).toBe('pass')
+  it('passes an endpoint that keeps keys per credential, refuses a changed payload and keeps no 5xx', async () => {
+    const report = await verify(() => startKeyedServer(probe), true)
+    expect(report.failed, formatTable(report)).toBe(0)
+    expect(report.results.filter((result) => result.outcome === 'skip').map((result) => result.id)).toEqual(['ttl'])
   })
 
-  it('passes the same endpoint once it refuses a changed payload with 422', async () => {
-    const report = await verify(() => startKeyedServer(probe, { checksPayload: true }), true)
-    expect(report.failed, formatTable(report)).toBe(0)
-    expect(report.skipped).toBe(1)
-  })
+  // Each flaw on its own, and the checks that must catch it: no more, no fewer.
+  const REPLAYS = ['replay', 'concurrent-pair', 'concurrent-burst', 'payload-mismatch', 'reordered-json', 'credentials-isolated']
+  const FLAWS: Array<[string, KeyedFlaws, string[], RegExp]> = [
+    ['replays whatever the payload', { payload: 'ignored' }, ['payload-mismatch'], /^the changed payload answered 201 replayed, \d+ bytes, not 422$/],
+    ['fingerprints the bytes, not the meaning', { payload: 'bytes' }, ['reordered-json'], /^the reordered request has no Idempotent-Replayed: true; .*status 422/],
+    ['keeps keys for everyone, not per credential', { perCredential: false }, ['credentials-isolated'], /^the second credential's answer is 201 replayed, \d+ bytes: it was given the first credential's stored response/],
+    ['keeps and replays a 5xx', { keepsServerErrors: true }, ['server-error-not-stored'], /^the retry is marked Idempotent-Replayed: the 5xx was stored$/],
+    ['answers 409 without Retry-After', { retryAfter: null }, ['retry-after'], /^concurrent-pair: no Retry-After; concurrent-burst: no Retry-After$/],
+    ['answers 409 with a Retry-After of a day', { retryAfter: '86400' }, ['retry-after'], /^concurrent-pair: Retry-After 86400 s is over an hour; /],
+    ['replays without Idempotent-Replayed', { marksReplays: false }, [...REPLAYS, 'cut-after-first-byte'], /^the repeat has no Idempotent-Replayed: true$/],
+    ['replays a body written again', { reserializes: true }, REPLAYS, /^the repeat's body differs from the first answer's \(\d+ bytes against \d+, first different byte at offset 1\)$/],
+  ]
+  for (const [flaw, flaws, failing, reason] of FLAWS) {
+    it(`fails ${failing.join(', ')} for an endpoint that ${flaw}`, async () => {
+      const report = await verify(() => startKeyedServer(probe, flaws), true)
+      const failed = report.results.filter((result) => result.outcome === 'fail')
+      expect(failed.map((result) => result.id), formatTable(report)).toEqual(failing)
+      expect(failed[0]?.reason).toMatch(reason)
+    })
+  }
 })
