@@ -37,12 +37,16 @@ describe('oncely verify: exit codes, the table, the TTL', () => {
     }
   })
 
-  it('exits 2 on bad usage, naming what is wrong', { timeout: 60_000 }, async () => {
-    const [noUrl, badOnly, badHeader] = await Promise.all([
+  it('is listed by oncely help, prints its --help, and exits 2 on bad usage, naming what is wrong', { timeout: 60_000 }, async () => {
+    const [help, ownHelp, noUrl, badOnly, badHeader] = await Promise.all([
+      runCli(['help']),
+      runCli(['verify', '--help']),
       runCli(['verify']),
       runCli(['verify', 'http://127.0.0.1:1/x', '--only', 'replay,nonsense']),
       runCli(['verify', 'http://127.0.0.1:1/x', '--header', 'Bearer sk_secret_9']),
     ])
+    expect(help.stdout).toMatch(/^ {2}verify +run the conformance checks against an Idempotency-Key endpoint$/m)
+    expect([ownHelp.code, ownHelp.stdout]).toEqual([0, expect.stringMatching(/^usage: oncely verify URL \[flags\][\s\S]*never\nproduction[\s\S]*exit codes:\n {2}0 {2}every check passed/)])
     expect([noUrl.code, noUrl.stderr]).toEqual([2, "oncely verify: URL is required (or url in --template)\nsee 'oncely verify --help'\n"])
     expect([badOnly.code, badOnly.stderr]).toEqual([2, expect.stringMatching(/option only must list check ids \(replay, .*\); got "nonsense"/)])
     expect([badHeader.code, badHeader.stderr]).toEqual([2, expect.stringContaining("--header number 1 must look like 'NAME: VALUE'")])
