@@ -1,13 +1,13 @@
 import type { CheckId } from './options.js'
 import type { CheckContext } from './context.js'
 
-export type Outcome = 'pass' | 'fail' | 'skip'
+export type CheckOutcome = 'pass' | 'fail' | 'skip'
 
 /** One check's result: what it sent, what it expected, what it saw. */
 export interface CheckResult {
   readonly id: CheckId
   readonly title: string
-  readonly outcome: Outcome
+  readonly outcome: CheckOutcome
   /** Why it failed or was skipped; for a pass, a short note (may be empty). */
   readonly reason: string
   /** One line per request sent (header values other than the kit's own never appear). */
@@ -18,7 +18,7 @@ export interface CheckResult {
 }
 
 export interface Verdict {
-  readonly outcome: Outcome
+  readonly outcome: CheckOutcome
   readonly reason: string
   readonly expected: string
   readonly seen: string

@@ -41,8 +41,9 @@ describe('oncely verify against each adapter', () => {
         })
         expect(Object.fromEntries(report.results.map((result) => [result.id, result.outcome])), formatTable(report)).toEqual(EVERY_CHECK_BUT_TTL)
         expect(report.results.find((result) => result.id === 'retry-after')?.seen).toMatch(/^\d+ × 409 with Retry-After 1$/)
-        // The cut reached the server: it ran the request, so the retry is its replay.
-        expect(report.results.find((result) => result.id === 'cut-before-response')?.seen).toMatch(/^cut after the \d+ request bytes were forwarded, before any answer byte; retry 201 replayed, /)
+        // The cut request reached the server before the cut (whether it then ran depends on
+        // when the server noticed the closed connection): more than the retry arrived.
+        expect(target.arrivals.get('cut-before-response')).toBeGreaterThanOrEqual(2)
         expect(report.ok).toBe(true)
       } finally {
         await target.close()

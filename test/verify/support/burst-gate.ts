@@ -5,11 +5,15 @@ import type { Server } from 'node:http'
  * request of its burst (the kit names its width in `Oncely-Verify: …; width=N`) has had its
  * answer, which can only be a 409 then. Without it a fast handler could finish before the
  * others arrive, they would all be replays, and the Retry-After check would have no 409 to judge.
+ * `arrivals` counts the requests that reached the server, by check.
  */
-export function burstGate(server: Server): (headers: Record<string, string | string[] | undefined>) => Promise<void> {
+export function burstGate(server: Server, arrivals = new Map<string, number>()): (headers: Record<string, string | string[] | undefined>) => Promise<void> {
   const answered = new Map<string, number>()
   const waiting = new Map<string, Array<() => void>>()
   server.prependListener('request', (req, res) => {
+    // Requests that reached the server, by the kit's check (the start of its Oncely-Verify header).
+    const check = String(req.headers['oncely-verify'] ?? '').split(';')[0] ?? ''
+    arrivals.set(check, (arrivals.get(check) ?? 0) + 1)
     const key = req.headers['idempotency-key']
     if (typeof key !== 'string') return
     res.once('close', () => {

@@ -21,8 +21,12 @@ import type { ProbeServer } from './probe-server.js'
 /** A guarded `POST /v1/charges` on a real port of 127.0.0.1. */
 export interface Target {
   readonly url: string
+  /** Requests that reached the server, by the kit's check id. */
+  readonly arrivals: ReadonlyMap<string, number>
   close(): Promise<void>
 }
+
+type Started = Omit<Target, 'arrivals'>
 
 export const FRAMEWORKS = ['express', 'fastify', 'hono', 'node:http', 'nestjs'] as const
 export type Framework = (typeof FRAMEWORKS)[number]
@@ -60,9 +64,11 @@ async function closeServer(server: Server): Promise<void> {
 
 export async function startTarget(framework: Framework, engine: Engine<Queryable>, probe: ProbeServer): Promise<Target> {
   const untrack = trackOpenHandle(`verify target ${framework}`)
-  const started = await start(framework, engine, probe)
+  const arrivals = new Map<string, number>()
+  const started = await start(framework, engine, probe, arrivals)
   return {
     url: started.url,
+    arrivals,
     async close() {
       await started.close()
       untrack()
@@ -70,11 +76,11 @@ export async function startTarget(framework: Framework, engine: Engine<Queryable
   }
 }
 
-async function start(framework: Framework, engine: Engine<Queryable>, probe: ProbeServer): Promise<Target> {
+async function start(framework: Framework, engine: Engine<Queryable>, probe: ProbeServer, arrivals: Map<string, number>): Promise<Started> {
   const log = () => {}
   if (framework === 'express' || framework === 'node:http') {
     const server = createServer()
-    const charge = chargeHandler(probe, burstGate(server))
+    const charge = chargeHandler(probe, burstGate(server, arrivals))
     if (framework === 'express') {
       const app = express()
       const once = expressIdempotency({ engine, log, scope: (req) => scope(req.headers.authorization) })
@@ -94,7 +100,7 @@ async function start(framework: Framework, engine: Engine<Queryable>, probe: Pro
   }
   if (framework === 'fastify') {
     const app = Fastify()
-    const charge = chargeHandler(probe, burstGate(app.server))
+    const charge = chargeHandler(probe, burstGate(app.server, arrivals))
     await app.register(oncelyFastify, { engine, log, scope: (request) => scope(request.headers.authorization) })
     app.post('/v1/charges', async (request, reply) => {
       const out = await charge(request.headers, request.body)
@@ -114,13 +120,13 @@ async function start(framework: Framework, engine: Engine<Queryable>, probe: Pro
     const server = await new Promise<Server>((resolve) => {
       const listening: Server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(listening)) as Server
     })
-    late.charge = chargeHandler(probe, burstGate(server))
+    late.charge = chargeHandler(probe, burstGate(server, arrivals))
     return { url: await listen(server), close: () => closeServer(server) }
   }
-  return startNest(engine, probe)
+  return startNest(engine, probe, arrivals)
 }
 
-async function startNest(engine: Engine<Queryable>, probe: ProbeServer): Promise<Target> {
+async function startNest(engine: Engine<Queryable>, probe: ProbeServer, arrivals: Map<string, number>): Promise<Started> {
   const gateOf: { charge?: ReturnType<typeof chargeHandler> } = {}
   class ChargeController {
     async handle(req: express.Request, res: express.Response): Promise<void> {
@@ -141,7 +147,7 @@ async function startNest(engine: Engine<Queryable>, probe: ProbeServer): Promise
   const app = await NestFactory.create<NestExpressApplication>(AppModule, { logger: false })
   await app.init()
   const server: Server = app.getHttpServer()
-  gateOf.charge = chargeHandler(probe, burstGate(server))
+  gateOf.charge = chargeHandler(probe, burstGate(server, arrivals))
   const url = await listen(server)
   return {
     url,
