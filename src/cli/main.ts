@@ -17,6 +17,7 @@ const COMMANDS: Record<string, { summary: string }> = {
   outbox: { summary: 'list dead or waiting events, re-queue dead ones' },
   reconcile: { summary: 'settle stuck claims now, printing each decision' },
   console: { summary: "the operators' web console against DATABASE_URL" },
+  verify: { summary: 'run the conformance checks against an Idempotency-Key endpoint' },
 }
 
 function usage(): string {
