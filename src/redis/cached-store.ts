@@ -165,9 +165,8 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
   return Object.freeze({ ...store, ...cached })
 }
 
-/** The row as the entry describes it, its times aged since the entry was written. */
+/** The row as the entry describes it, its times aged since the entry was written (by Redis's clock). */
 function snapshotOf(request: ClaimRequest, entry: CacheEntry): ClaimSnapshot {
-  const now = Date.now()
   const common = {
     scope: request.scope,
     key: request.key,
@@ -179,8 +178,8 @@ function snapshotOf(request: ClaimRequest, entry: CacheEntry): ClaimSnapshot {
     interrupted: false,
     outcomeError: null,
     ageMs: 0,
-    expiresInMs: entry.expiresAt - now,
+    expiresInMs: entry.remainingMs,
   }
   if (entry.kind === 'settled') return { ...common, status: entry.status, fenceToken: null, response: entry.response, leaseAgeMs: null }
-  return { ...common, status: 'in_progress', fenceToken: NO_TOKEN, response: null, leaseAgeMs: entry.leaseAgeMs + (now - entry.writtenAt) }
+  return { ...common, status: 'in_progress', fenceToken: NO_TOKEN, response: null, leaseAgeMs: entry.leaseAgeMs }
 }
