@@ -46,7 +46,7 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
   }
   const leftUnsure = () => {
     ended = true
-    if (unsure) letGoOrphan(store, fence, options)
+    if (unsure) letGoOrphan(fence, options)
   }
   try {
     const outcome = await claimRounds()
@@ -118,12 +118,15 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
 }
 
 /**
- * Lets go of a claim this begin may have made but never handed to anyone, for as long as such a
- * late statement could still land (until a claim made now would go stale): deleted when nobody
- * took it over, else suspended (a late take-over), so the next retry takes it at once. Bounded
- * and in the background; its timers never keep the process alive. Stops at the first success.
+ * Lets go of a claim this begin may have made but never handed to anyone: deleted when nobody
+ * took it over, else suspended (a late take-over), so the next retry takes it at once. In the
+ * background, with backoff capped at `leaseRenewMs`, until the first success or for
+ * `staleAfterMs`, the time such a claim would otherwise answer 409; its timers never keep the
+ * process alive. A statement landing later still is not caught: its claim goes stale and is
+ * taken over, as before.
  */
-function letGoOrphan<Tx>(store: ResolvedEngineOptions<Tx>['store'], fence: Fence, options: ResolvedEngineOptions<Tx>): void {
+function letGoOrphan<Tx>(fence: Fence, options: ResolvedEngineOptions<Tx>): void {
+  const { store } = options
   const until = performance.now() + options.staleAfterMs
   const attempt = async (tries: number): Promise<void> => {
     try {
