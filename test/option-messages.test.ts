@@ -12,7 +12,7 @@ import { createPostgresStore, migrate } from '../src/store/postgres/index.js'
 
 const fakePool = { query: () => Promise.resolve({ rows: [], rowCount: 0 }), connect: () => Promise.reject(new Error('not used')) }
 const publisher = { name: 'test', publish: () => Promise.resolve(), close: () => Promise.resolve() }
-const redis = { get: () => Promise.resolve(null), set: () => Promise.resolve('OK') }
+const redis = { get: () => Promise.resolve(null), set: () => Promise.resolve('OK'), pttl: () => Promise.resolve(-2) }
 const connectionString = 'postgres://app:s3cret@db/app'
 
 async function message(act: () => unknown): Promise<string> {
@@ -47,7 +47,7 @@ describe('every part refuses a bad option as `option NAME RULE; got VALUE`', () 
     ['consume with an empty consumer', () => consume(fakePool as never, { consumer: '', eventId: 'e1' }, () => undefined), 'option consumer must be a non-empty string; got ""'],
     ['consume without an eventId', () => consume(fakePool as never, { consumer: 'billing', eventId: 7 as never }, () => undefined), 'option eventId must be a non-empty string; got 7'],
     ['the relay with a connection string for a pool', () => resolveRelayOptions({ pool: connectionString as never, publisher }), 'option pool must have query() and connect(), like pg.Pool; got a string (not shown)'],
-    ['the Redis cache with a URL for a client', () => createRedisCache({ redis: 'redis://:s3cret@cache' as never, secret: 'x'.repeat(16) }), 'option redis must be a Redis client with get and set, such as an ioredis instance; got a string (not shown)'],
+    ['the Redis cache with a URL for a client', () => createRedisCache({ redis: 'redis://:s3cret@cache' as never, secret: 'x'.repeat(16) }), 'option redis must be a Redis client with get, set and pttl, such as an ioredis instance; got a string (not shown)'],
     ['the Redis cache with a short secret', () => createRedisCache({ redis, secret: 's3cret' }), 'option secret must be a string or bytes of at least 16 bytes; got 6 bytes (not shown)'],
     ['the Redis cache without a secret', () => createRedisCache({ redis, secret: undefined as never }), 'option secret must be a string or bytes of at least 16 bytes; got undefined'],
     ['the console with a short token', () => createConsole({ database: { pool: fakePool as never }, token: 's3cret' }), 'option token must be at least 16 characters; got 6 characters (not shown)'],

@@ -4,6 +4,7 @@ import { decide } from './decide.js'
 import { storedFingerprint } from './fingerprint.js'
 import type { ResolvedEngineOptions } from './options.js'
 import { retryTransient } from './retry.js'
+import type { Fence } from './store.js'
 import type { ClaimKind, ClaimSnapshot, ClaimState, IdempotencyRequest, StoredResponse } from './types.js'
 
 /** What `begin` does with a request once its key is valid. */
@@ -31,24 +32,29 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
   const claimId = randomUUID()
   const fenceToken = randomUUID()
   let tried: ClaimKind = 'new'
-  // A claim attempt given up on may land later. While this begin still runs, its next attempt
-  // recognises the row as its own; once it has ended without owning it, the claim is released
-  // (nobody can have acted on it), so a request answered 503 leaves nothing behind.
+  // A claim attempt given up on may land later: its answer lost, or its statement reaching the
+  // database after this begin stopped waiting (issue 22). While this begin still runs, its next
+  // attempt recognises the row as its own. Once it has ended without owning the key, nobody holds
+  // this token, so nobody can have acted on a claim made with it (Invariant 11): it is let go in
+  // the background (`letGoOrphan`), so a request answered 503 leaves no claim nobody owns.
   let ended = false
-  let landedLate = false
-  const releaseOrphan = () => void store.release({ scope: request.scope, key: request.key, fenceToken }).catch(() => undefined)
+  let unsure = false
+  const fence = { scope: request.scope, key: request.key, fenceToken }
   const onLateInsert = () => {
-    landedLate = true
-    if (ended) releaseOrphan()
+    unsure = true
+    if (ended) void store.release(fence).catch(() => undefined)
+  }
+  const leftUnsure = () => {
+    ended = true
+    if (unsure) letGoOrphan(fence, options)
   }
   try {
     const outcome = await claimRounds()
+    if (outcome.kind !== 'owned') leftUnsure()
     ended = true
-    if (outcome.kind !== 'owned' && landedLate) releaseOrphan()
     return outcome
   } catch (error) {
-    ended = true
-    if (landedLate) releaseOrphan()
+    leftUnsure()
     throw error
   }
 
@@ -57,8 +63,10 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
       snapshot?.status === 'in_progress' && snapshot.fenceToken === fenceToken ? { kind: 'owned', claim: heldClaim(snapshot, fenceToken), how: tried } : undefined
 
     for (let round = 0; round < ROUNDS; round++) {
-      const attempt = await retrying(`claim of key ${JSON.stringify(request.key)}`, () =>
-        store.claim({ ...request, fingerprint, ttlMs, claimId, fenceToken, onLateInsert }),
+      const attempt = await retrying(
+        `claim of key ${JSON.stringify(request.key)}`,
+        () => store.claim({ ...request, fingerprint, ttlMs, staleAfterMs, claimId, fenceToken, onLateInsert }),
+        () => (unsure = true),
       )
       if (attempt.kind === 'inserted') return { kind: 'owned', claim: attempt.claim, how: 'new' }
       const { snapshot } = attempt
@@ -81,7 +89,7 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
           const taken = await retrying(
             `take-over of key ${JSON.stringify(request.key)}`,
             () => store.takeOver(snapshot, { fenceToken, staleAfterMs, ttlMs }),
-            () => (ambiguous = true),
+            () => (ambiguous = unsure = true),
           )
           if (taken) return { kind: 'owned', claim: taken, how: 'take-over' }
           const recognised = ambiguous ? ours(await retrying('read-back', () => store.read(request.scope, request.key))) : undefined
@@ -93,8 +101,8 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
           let ambiguous = false
           const fresh = await retrying(
             `reclaim of key ${JSON.stringify(request.key)}`,
-            () => store.reclaimExpired(snapshot, { fingerprint, ttlMs, claimId, fenceToken }),
-            () => (ambiguous = true),
+            () => store.reclaimExpired(snapshot, { fingerprint, ttlMs, staleAfterMs, claimId, fenceToken }),
+            () => (ambiguous = unsure = true),
           )
           if (fresh) return { kind: 'owned', claim: fresh, how: 'reclaimed-expired' }
           const recognised = ambiguous ? ours(await retrying('read-back', () => store.read(request.scope, request.key))) : undefined
@@ -108,6 +116,33 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
     throw new OncelyError('ONCELY_STORE_UNEXPECTED', `the key ${JSON.stringify(request.key)} changed under ${ROUNDS} claims in a row`)
   }
 }
+
+/**
+ * Lets go of a claim this begin may have made but never handed to anyone: deleted when nobody
+ * took it over, else suspended (a late take-over), so the next retry takes it at once. In the
+ * background, with backoff capped at `leaseRenewMs`, until the first success or for
+ * `staleAfterMs`, the time such a claim would otherwise answer 409; its timers never keep the
+ * process alive. A statement landing later still is not caught: its claim goes stale and is
+ * taken over, as before.
+ */
+function letGoOrphan<Tx>(fence: Fence, options: ResolvedEngineOptions<Tx>): void {
+  const { store } = options
+  const until = performance.now() + options.staleAfterMs
+  const attempt = async (tries: number): Promise<void> => {
+    try {
+      // Invariant 11: `release` deletes only a claim never taken over; `suspend` keeps the identity.
+      if ((await store.release(fence)) || (await store.suspend(fence))) return
+    } catch {
+      // The database is still away: the next try may find it.
+    }
+    const delay = Math.min(options.leaseRenewMs, ORPHAN_FIRST_DELAY_MS * 2 ** tries)
+    if (performance.now() + delay >= until) return
+    setTimeout(() => void attempt(tries + 1), delay).unref()
+  }
+  void attempt(0)
+}
+
+const ORPHAN_FIRST_DELAY_MS = 50
 
 function heldClaim(snapshot: ClaimSnapshot, fenceToken: string): ClaimState {
   return {

@@ -33,7 +33,8 @@ export type SnapshotDecision =
  * - A settled (completed or failed) key past its TTL is a new request.
  * - Mismatch before replay, conflict or take-over (Invariant 5).
  * - An `in_progress` claim is never reclaimed as expired, however old (Invariant 11): past its
- *   stale threshold (or suspended) it is taken over with its identity, else it is a conflict.
+ *   stale threshold (or suspended) it is taken over with its identity, else it is a conflict. The
+ *   threshold is the greater of `timing.staleAfterMs` and the one the claim was made under.
  * - The conflict's `Retry-After` is honest: about `conflictRetryAfterMs` while the owner keeps
  *   renewing; once it has missed a renewal, the time until the claim can be taken over.
  *
@@ -58,8 +59,11 @@ export function decide(snapshot: ClaimSnapshot, request: { fingerprint: string }
   // Invariant 4: a suspended claim (no holder) is takeable at once; a held one once stale.
   if (snapshot.fenceToken === null || snapshot.leaseAgeMs === null) return { kind: 'take-over' }
   const leaseAgeMs = snapshot.leaseAgeMs + elapsedMs
-  if (leaseAgeMs >= timing.staleAfterMs) return { kind: 'take-over' }
-  return { kind: 'conflict', retryAfterMs: retryAfterMs(leaseAgeMs, timing) }
+  // Issue 22: the owner renews on the schedule of the threshold it claimed under; a taker with a
+  // smaller one still waits for that one.
+  const judged = { ...timing, staleAfterMs: Math.max(timing.staleAfterMs, snapshot.staleAfterMs ?? 0) }
+  if (leaseAgeMs >= judged.staleAfterMs) return { kind: 'take-over' }
+  return { kind: 'conflict', retryAfterMs: retryAfterMs(leaseAgeMs, judged) }
 }
 
 /**

@@ -396,8 +396,9 @@ export class Execution<Tx = unknown> {
   /**
    * Runs `attempt` until its transaction lands, retrying transient errors (issue 8, path 4).
    * `attempt` calls `committing` with its value once its COMMIT may be on the way. Such an
-   * attempt's COMMIT may have landed with only its answer lost: the row is read back before
-   * writing again, and before calling a failed fence a take-over.
+   * attempt's COMMIT may have landed with only its answer lost, or may land late, after the
+   * worker stopped waiting for it (issue 22): the row is read back before writing again, and
+   * again before calling a failed fence a take-over.
    */
   async #landing<T>(
     attempt: (outcome: { status: 'completed' | 'failed' }, committing: (value: T) => void) => Promise<T>,
@@ -409,11 +410,20 @@ export class Execution<Tx = unknown> {
     try {
       return await this.#retrying('completing in a transaction', async () => {
         // Every try after the first follows a transient error, which can hide a COMMIT that
-        // landed. Only an attempt that reached its COMMIT can have; a fence that fails later
-        // cannot be this worker's own landing, since nothing of it is in flight by then.
-        if (committing !== undefined && this.#settledByMe(await this.#readBack(), outcome.status)) return this.#ended(outcome.status, committing.value)
-        const value = await attempt(outcome, (result) => (committing = { value: result }))
-        return this.#ended(outcome.status, value)
+        // landed. Only an attempt that reached its COMMIT can have.
+        const earlier = committing
+        if (earlier !== undefined && this.#settledByMe(await this.#readBack(), outcome.status)) return this.#ended(outcome.status, earlier.value)
+        try {
+          const value = await attempt(outcome, (result) => (committing = { value: result }))
+          return this.#ended(outcome.status, value)
+        } catch (error) {
+          // That COMMIT may still be on its way and land after the read-back, while this attempt
+          // waits for the row it locked: then this fence fails on this worker's own completion.
+          if (error instanceof LockLostSignal && earlier !== undefined && this.#settledByMe(await this.#readBack(), outcome.status)) {
+            return this.#ended(outcome.status, earlier.value)
+          }
+          throw error
+        }
       })
     } catch (error) {
       if (error instanceof LockLostSignal) this.#lost()

@@ -15,6 +15,12 @@ export interface ClaimRequest {
   claimId: string
   fenceToken: string
   /**
+   * The stale threshold the claim is made under, recorded with it: nobody takes it over before
+   * its lease is this old, whatever threshold they judge by themselves (issue 22). (Default: none
+   * recorded; takers judge by their own)
+   */
+  staleAfterMs?: number
+  /**
    * Called when an attempt the store gave up on (no answer within its timeout) turns out later
    * to have inserted the claim: the caller releases it if it no longer waits for it, so a request
    * answered 503 never leaves a claim behind. (Default: none)
@@ -32,7 +38,11 @@ export type SeenClaim = Pick<ClaimSnapshot, 'scope' | 'key' | 'claimId' | 'fence
 export interface TakeOverInput {
   /** The new holder's token, minted by the caller. */
   fenceToken: string
-  /** The staleness the snapshot was judged by; re-checked in the statement. */
+  /**
+   * The staleness the snapshot was judged by; re-checked in the statement, together with the
+   * threshold the claim was made under when it recorded one (the greater wins), and recorded as
+   * the claim's threshold from now on.
+   */
   staleAfterMs: number
   /** The key is remembered at least this long after the take-over. */
   ttlMs: number
@@ -42,6 +52,8 @@ export interface TakeOverInput {
 export interface ReclaimInput {
   fingerprint: string
   ttlMs: number
+  /** The stale threshold the new claim is made under, as `ClaimRequest.staleAfterMs`. (Default: none recorded) */
+  staleAfterMs?: number
   claimId: string
   fenceToken: string
 }

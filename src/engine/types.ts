@@ -88,6 +88,11 @@ export interface ClaimSnapshot {
   interrupted: boolean
   /** Why the outcome could not be stored, for a claim suspended by that failure; else null. */
   outcomeError: string | null
+  /**
+   * The stale threshold the claim was made under, or null (a claim made by an older oncely, or
+   * by a store that records none): `decide` waits for the greater of it and its own (issue 22).
+   */
+  staleAfterMs?: number | null
   /** Milliseconds since the claim was created (take-overs keep it). */
   ageMs: number
   /** Milliseconds since the lease was last renewed, or null if it never was. */

@@ -1,8 +1,8 @@
 import type { StoredResponse } from '../engine/types.js'
-import { decodeEntry, encodeEntry, EVICTED, type CacheEntry } from './entry.js'
+import { decodeEntry, encodeEntry, EVICTED, type CacheEntry, type NewCacheEntry } from './entry.js'
 import { resolveRedisCacheOptions, type RedisCacheOptions, type ResolvedRedisCacheOptions } from './options.js'
 
-/** Entries are written to expire this much before what they are bounded by: clocks and round trips are not exact. */
+/** Entries are written to expire this much before what they are bounded by: round trips are not instant. */
 const MARGIN_MS = 200
 
 /**
@@ -11,7 +11,7 @@ const MARGIN_MS = 200
  */
 export interface RedisCache {
   readonly options: Readonly<ResolvedRedisCacheOptions>
-  /** A verified, unexpired entry, or undefined (a miss, an entry not ours, Redis away). */
+  /** A verified, unexpired entry aged by Redis's clock, or undefined (a miss, an entry not ours, Redis away). */
   read(scope: string, key: string): Promise<CacheEntry | undefined>
   /**
    * Remembers a settled key from its snapshot, read `elapsedMs` ago, expiring before the key.
@@ -78,7 +78,8 @@ export function createRedisCache(options: RedisCacheOptions): RedisCache {
       clearTimeout(timer)
     }
   }
-  const write = async (scope: string, key: string, entry: CacheEntry, ttlMs: number, overwrite: boolean) => {
+  const write = async (scope: string, key: string, entry: NewCacheEntry, overwrite: boolean) => {
+    const ttlMs = entry.lifeMs
     if (ttlMs <= 0) return
     const value = encodeEntry(secret, scope, key, entry)
     await bounded(() => (overwrite ? redis.set(redisKey(scope, key), value, 'PX', ttlMs) : redis.set(redisKey(scope, key), value, 'PX', ttlMs, 'NX')))
@@ -86,27 +87,27 @@ export function createRedisCache(options: RedisCacheOptions): RedisCache {
   return Object.freeze({
     options: resolved,
     async read(scope: string, key: string) {
-      const value = await bounded(() => redis.get(redisKey(scope, key)))
-      return value === undefined ? undefined : decodeEntry(secret, scope, key, value)
+      // Issue 22: the entry's age is Redis's, by what is left of the life it was written with;
+      // both commands leave together on the client's one connection.
+      const read = await bounded(() => Promise.all([redis.get(redisKey(scope, key)), redis.pttl(redisKey(scope, key))]))
+      return read === undefined ? undefined : decodeEntry(secret, scope, key, read[0], read[1])
     },
     async rememberSettled(snapshot: SettledSnapshot, elapsedMs: number, overwrite: boolean) {
-      const ttlMs = Math.floor(snapshot.expiresInMs - elapsedMs - MARGIN_MS)
-      const entry: CacheEntry = {
+      // The key's expiry in the database's clock at the read, aged by this process's monotonic clock since.
+      const entry: NewCacheEntry = {
         kind: 'settled',
         status: snapshot.status,
         fingerprint: snapshot.fingerprint,
         claimId: snapshot.claimId,
-        expiresAt: Date.now() + ttlMs,
+        lifeMs: Math.floor(snapshot.expiresInMs - elapsedMs - MARGIN_MS),
         response: snapshot.response,
       }
-      await write(snapshot.scope, snapshot.key, entry, ttlMs, overwrite)
+      await write(snapshot.scope, snapshot.key, entry, overwrite)
     },
     async rememberInFlight(snapshot: InFlightSnapshot, elapsedMs: number) {
       const leaseAgeMs = snapshot.leaseAgeMs + elapsedMs
-      const ttlMs = Math.floor(Math.min(resolved.inFlightMaxMs, resolved.staleAfterMs - leaseAgeMs - MARGIN_MS))
-      const now = Date.now()
-      const entry: CacheEntry = { kind: 'in-flight', fingerprint: snapshot.fingerprint, claimId: snapshot.claimId, expiresAt: now + ttlMs, leaseAgeMs, writtenAt: now }
-      await write(snapshot.scope, snapshot.key, entry, ttlMs, false)
+      const lifeMs = Math.floor(Math.min(resolved.inFlightMaxMs, resolved.staleAfterMs - leaseAgeMs - MARGIN_MS))
+      await write(snapshot.scope, snapshot.key, { kind: 'in-flight', fingerprint: snapshot.fingerprint, claimId: snapshot.claimId, lifeMs, leaseAgeMs }, false)
     },
     async evict(scope: string, key: string) {
       await bounded(() => redis.set(redisKey(scope, key), EVICTED, 'PX', resolved.evictedMs))

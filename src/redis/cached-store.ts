@@ -29,7 +29,8 @@ const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
  *   could go stale), a settled key (expiring before the key), the outcome written by its owner
  *   once committed.
  * - A release or a suspension evicts the key; a completion inside the caller's own transaction,
- *   whose commit the cache cannot see, evicts it too (the next read caches the committed state).
+ *   whose commit the cache cannot see, evicts it too (the next read caches the committed state),
+ *   and so does a completion that failed, was refused or whose answer was lost.
  *
  * @example
  * ```ts
@@ -65,10 +66,10 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
     const snapshot = { scope: fence.scope, key: fence.key, status: outcome.status, fingerprint: claim.fingerprint, claimId: claim.claimId, response: outcome.response }
     await cache.rememberSettled({ ...snapshot, expiresInMs: claim.expiresBy - performance.now() }, 0, true)
   }
-  const letGo = async (fence: Fence, done: boolean) => {
+  const letGo = async (fence: Fence, evict: boolean) => {
     held.delete(fence.fenceToken)
-    if (done) await cache.evict(fence.scope, fence.key)
-    return done
+    if (evict) await cache.evict(fence.scope, fence.key)
+    return evict
   }
   const remember = (snapshot: ClaimSnapshot, elapsedMs: number) => {
     if (snapshot.status !== 'in_progress') {
@@ -107,8 +108,17 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
       return state
     },
     async complete(fence: Fence, outcome: FinalOutcome, tx?: Tx) {
-      const done = await store.complete(fence, outcome, tx)
-      if (!done) return letGo(fence, false)
+      let done: boolean
+      try {
+        done = await store.complete(fence, outcome, tx)
+      } catch (error) {
+        // Unknown (a lost answer): the completion may have landed, the in-flight entry be wrong.
+        await letGo(fence, true)
+        throw error
+      }
+      // The fence gone, maybe by this worker's own completion whose answer was lost (issue 22):
+      // the in-flight entry may be wrong either way.
+      if (!done) return letGo(fence, true).then(() => false)
       if (tx === undefined) {
         await announce(fence, outcome)
         return true
@@ -128,7 +138,7 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
         await letGo(fence, true)
         throw error
       }
-      if (!done) return letGo(fence, false)
+      if (!done) return letGo(fence, true).then(() => false)
       // Committed with its COMMIT: the settled entry replaces any in-flight one.
       await announce(fence, outcome)
       return true
@@ -155,9 +165,8 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
   return Object.freeze({ ...store, ...cached })
 }
 
-/** The row as the entry describes it, its times aged since the entry was written. */
+/** The row as the entry describes it, its times aged since the entry was written (by Redis's clock). */
 function snapshotOf(request: ClaimRequest, entry: CacheEntry): ClaimSnapshot {
-  const now = Date.now()
   const common = {
     scope: request.scope,
     key: request.key,
@@ -169,8 +178,8 @@ function snapshotOf(request: ClaimRequest, entry: CacheEntry): ClaimSnapshot {
     interrupted: false,
     outcomeError: null,
     ageMs: 0,
-    expiresInMs: entry.expiresAt - now,
+    expiresInMs: entry.remainingMs,
   }
   if (entry.kind === 'settled') return { ...common, status: entry.status, fenceToken: null, response: entry.response, leaseAgeMs: null }
-  return { ...common, status: 'in_progress', fenceToken: NO_TOKEN, response: null, leaseAgeMs: entry.leaseAgeMs + (now - entry.writtenAt) }
+  return { ...common, status: 'in_progress', fenceToken: NO_TOKEN, response: null, leaseAgeMs: entry.leaseAgeMs }
 }

@@ -3,7 +3,9 @@ import type { StoredResponse } from '../engine/types.js'
 
 /**
  * What the cache holds for one key: a settled key's stored response (a replay), or a claim in
- * flight (a 409). Never "no row": the cache cannot say a key is new (Invariant 10).
+ * flight (a 409). Never "no row": the cache cannot say a key is new (Invariant 10). Its times are
+ * Redis's own (issue 22): each entry is written with a life (`PX`), and read with what is left of
+ * it (`PTTL`), so no writer's clock is ever compared with a reader's.
  */
 export type CacheEntry =
   | {
@@ -11,33 +13,37 @@ export type CacheEntry =
       status: 'completed' | 'failed'
       fingerprint: string
       claimId: string
-      /** Epoch milliseconds (the writer's clock) after which the entry is void: never later than the key's expiry. */
-      expiresAt: number
+      /** Milliseconds the entry has left, by Redis's clock: never beyond the key's expiry. */
+      remainingMs: number
       response: StoredResponse
     }
   | {
       kind: 'in-flight'
       fingerprint: string
       claimId: string
-      /** Epoch milliseconds after which the entry is void: never later than the claim could go stale. */
-      expiresAt: number
-      /** The lease's age when the entry was written, and when that was (epoch ms). */
+      /** Milliseconds the entry has left, by Redis's clock: never beyond the time the claim could go stale. */
+      remainingMs: number
+      /** The lease's age now: its age when the entry was written, plus the entry's age by Redis's clock. */
       leaseAgeMs: number
-      writtenAt: number
     }
+
+/** What a writer gives: the entry's fields, its life in Redis instead of what is left of it. */
+export type NewCacheEntry =
+  | (Omit<Extract<CacheEntry, { kind: 'settled' }>, 'remainingMs'> & { lifeMs: number })
+  | (Omit<Extract<CacheEntry, { kind: 'in-flight' }>, 'remainingMs'> & { lifeMs: number })
 
 /** The entry a release or an operator's eviction leaves: a miss, that keeps late writers out for a while. */
 export const EVICTED = 'evicted'
 
 interface Wire {
-  v: 1
+  v: 2
   k: 's' | 'i'
   st?: 'completed' | 'failed'
   f: string
   c: string
-  e: number
+  /** The life it was written with (`PX`), in ms. */
+  t: number
   la?: number
-  wa?: number
   rs?: number
   rh?: Array<[string, string]>
   rb?: string
@@ -46,29 +52,33 @@ interface Wire {
 
 /**
  * Serialises an entry with an HMAC-SHA256 over the scope, the key and everything the entry
- * claims (fingerprint, claim id, expiry, response), so a value the library did not write, or
- * wrote for another key, is ignored when read.
+ * claims (fingerprint, claim id, life, response), so a value the library did not write, or
+ * wrote for another key, is ignored when read. Write it with `PX` set to `entry.lifeMs`.
  */
-export function encodeEntry(secret: Uint8Array, scope: string, key: string, entry: CacheEntry): string {
+export function encodeEntry(secret: Uint8Array, scope: string, key: string, entry: NewCacheEntry): string {
   const wire: Omit<Wire, 'm'> =
     entry.kind === 'settled'
       ? {
-          v: 1,
+          v: 2,
           k: 's',
           st: entry.status,
           f: entry.fingerprint,
           c: entry.claimId,
-          e: entry.expiresAt,
+          t: entry.lifeMs,
           rs: entry.response.status,
           rh: entry.response.headers.map(([name, value]) => [name, value]),
           rb: Buffer.from(entry.response.body.buffer, entry.response.body.byteOffset, entry.response.body.byteLength).toString('base64'),
         }
-      : { v: 1, k: 'i', f: entry.fingerprint, c: entry.claimId, e: entry.expiresAt, la: entry.leaseAgeMs, wa: entry.writtenAt }
+      : { v: 2, k: 'i', f: entry.fingerprint, c: entry.claimId, t: entry.lifeMs, la: entry.leaseAgeMs }
   return JSON.stringify({ ...wire, m: mac(secret, scope, key, wire) })
 }
 
-/** The entry, or undefined when the value is not one this library wrote for this scope and key, or is past its expiry. */
-export function decodeEntry(secret: Uint8Array, scope: string, key: string, value: string | null, now = Date.now()): CacheEntry | undefined {
+/**
+ * The entry, or undefined when the value is not one this library wrote for this scope and key,
+ * or `remainingMs` (Redis's `PTTL` of it) is not a part of the life it was written with: none
+ * left, no expiry at all, or more than it was given (another value replaced it meanwhile).
+ */
+export function decodeEntry(secret: Uint8Array, scope: string, key: string, value: string | null, remainingMs: number): CacheEntry | undefined {
   if (value === null || value === EVICTED) return undefined
   let parsed: Partial<Wire>
   try {
@@ -78,20 +88,20 @@ export function decodeEntry(secret: Uint8Array, scope: string, key: string, valu
   }
   if (typeof parsed !== 'object' || parsed === null || typeof parsed.m !== 'string') return undefined
   const { m, ...wire } = parsed
-  if (!verify(secret, scope, key, wire as Omit<Wire, 'm'>, m)) return undefined
-  if (typeof wire.e !== 'number' || wire.e <= now || typeof wire.f !== 'string' || typeof wire.c !== 'string') return undefined
+  if (wire.v !== 2 || !verify(secret, scope, key, wire as Omit<Wire, 'm'>, m)) return undefined
+  if (typeof wire.t !== 'number' || !(remainingMs > 0 && remainingMs <= wire.t) || typeof wire.f !== 'string' || typeof wire.c !== 'string') return undefined
   if (wire.k === 's' && (wire.st === 'completed' || wire.st === 'failed') && typeof wire.rs === 'number' && Array.isArray(wire.rh) && typeof wire.rb === 'string') {
     return {
       kind: 'settled',
       status: wire.st,
       fingerprint: wire.f,
       claimId: wire.c,
-      expiresAt: wire.e,
+      remainingMs,
       response: { status: wire.rs, headers: wire.rh, body: Buffer.from(wire.rb, 'base64') },
     }
   }
-  if (wire.k === 'i' && typeof wire.la === 'number' && typeof wire.wa === 'number') {
-    return { kind: 'in-flight', fingerprint: wire.f, claimId: wire.c, expiresAt: wire.e, leaseAgeMs: wire.la, writtenAt: wire.wa }
+  if (wire.k === 'i' && typeof wire.la === 'number') {
+    return { kind: 'in-flight', fingerprint: wire.f, claimId: wire.c, remainingMs, leaseAgeMs: wire.la + (wire.t - remainingMs) }
   }
   return undefined
 }

@@ -4,6 +4,8 @@ import { describeKind, invalid, invalidHidden, positiveInteger } from '../option
 /** The commands the cache sends: an `ioredis` client has them. */
 export interface RedisLike {
   get(key: string): Promise<string | null>
+  /** Milliseconds the key has left; negative when it has no expiry or does not exist. */
+  pttl(key: string): Promise<number>
   set(key: string, value: string, mode: 'PX', milliseconds: number): Promise<unknown>
   set(key: string, value: string, mode: 'PX', milliseconds: number, condition: 'NX'): Promise<unknown>
 }
@@ -54,9 +56,9 @@ export interface ResolvedRedisCacheOptions {
 export function resolveRedisCacheOptions(options: RedisCacheOptions): Readonly<ResolvedRedisCacheOptions> {
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
   const { redis } = options
-  if (typeof redis !== 'object' || redis === null || typeof redis.get !== 'function' || typeof redis.set !== 'function') {
+  if (typeof redis !== 'object' || redis === null || typeof redis.get !== 'function' || typeof redis.set !== 'function' || typeof redis.pttl !== 'function') {
     // Described, not shown: a client's options, or a URL passed instead of one, hold a password.
-    throw invalidHidden('redis', 'must be a Redis client with get and set, such as an ioredis instance', describeKind(redis))
+    throw invalidHidden('redis', 'must be a Redis client with get, set and pttl, such as an ioredis instance', describeKind(redis))
   }
   const secret = typeof options.secret === 'string' ? Buffer.from(options.secret, 'utf8') : options.secret
   if (!(secret instanceof Uint8Array) || secret.byteLength < 16) {

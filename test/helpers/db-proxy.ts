@@ -22,6 +22,15 @@ export interface DatabaseProxy {
    * pipelined flight, `'COMMIT'` cuts only once its COMMIT has been answered.
    */
   dropNextAnswerTo(marker: string, until?: string): Promise<void>
+  /**
+   * Once: the next statement whose bytes contain `marker` is held in the proxy, with everything
+   * its client sends after it, and reaches the server only when `release()` is called, or, with
+   * `until`, the moment any connection sends bytes containing `until` (the held bytes go first).
+   * The server's side of that connection stays open while it holds, even if the client gives up
+   * and closes its side: the statement lands late, after its client stopped waiting, as behind a
+   * slow network or a stalled middlebox. `held` resolves once a statement is held.
+   */
+  holdNext(marker: string, until?: string): { held: Promise<void>; release(): void }
   close(): Promise<void>
 }
 
@@ -36,6 +45,7 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
   let down = false
   let stalled = false
   let armed: { marker: Buffer; until: Buffer | undefined; cut: () => void } | undefined
+  let holding: { marker: Buffer; until: Buffer | undefined; onHeld: () => void; release?: () => void } | undefined
   const server = net.createServer((client) => {
     if (down) {
       client.resetAndDestroy()
@@ -51,7 +61,30 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
       })
     }
     let dropNext = false
+    let held: Buffer[] | undefined
+    let clientGone = false
     client.on('data', (chunk: Buffer) => {
+      if (held) {
+        held.push(chunk)
+        return
+      }
+      const waiting = holding
+      if (waiting?.release && waiting.until && chunk.includes(waiting.until)) {
+        holding = undefined
+        waiting.release()
+      }
+      if (waiting && !waiting.release && chunk.includes(waiting.marker)) {
+        const buffered: Buffer[] = [chunk]
+        held = buffered
+        waiting.release = () => {
+          if (held !== buffered) return
+          held = undefined
+          for (const bytes of buffered) server.write(bytes)
+          if (clientGone) server.end()
+        }
+        waiting.onHeld()
+        return
+      }
       if (armed && chunk.includes(armed.marker)) {
         dropNext = true
         const { cut, until } = armed
@@ -70,7 +103,11 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
     server.on('data', (chunk: Buffer) => {
       if (!dropNext && !stalled) client.write(chunk)
     })
-    client.on('close', () => server.destroy())
+    client.on('close', () => {
+      clientGone = true
+      // A held statement still reaches the server on release; the server's side waits for it.
+      if (!held) server.destroy()
+    })
     server.on('close', () => client.destroy())
   })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
@@ -96,6 +133,19 @@ export async function startDatabaseProxy(databaseUrl: string): Promise<DatabaseP
       return new Promise<void>((resolve) => {
         armed = { marker: Buffer.from(marker), until: until === undefined ? undefined : Buffer.from(until), cut: resolve }
       })
+    },
+    holdNext(marker: string, until?: string) {
+      let onHeld!: () => void
+      const held = new Promise<void>((resolve) => (onHeld = resolve))
+      const hold: NonNullable<typeof holding> = { marker: Buffer.from(marker), until: until === undefined ? undefined : Buffer.from(until), onHeld }
+      holding = hold
+      return {
+        held,
+        release() {
+          if (holding === hold) holding = undefined
+          hold.release?.()
+        },
+      }
     },
     async close() {
       for (const socket of sockets) socket.destroy()

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createRedisCache, type RedisCache, type SettledSnapshot } from '../../src/redis/cache.js'
 import { encodeEntry } from '../../src/redis/entry.js'
 import { startRedisProxy, type RedisProxy } from './support/redis-proxy.js'
@@ -109,10 +109,14 @@ describe.skipIf(!availability.run)('the Redis cache', () => {
       expect(await cache.read('u1', 'k1')).toBeUndefined()
     })
 
-    it('an entry past its signed expiry, whatever Redis still holds', async () => {
-      const value = encodeEntry(Buffer.from(SECRET), 'u1', 'x1', { ...settled('x1'), kind: 'settled', expiresAt: Date.now() - 1 })
+    it('an entry Redis holds longer than the life it was signed with, or forever', async () => {
+      const value = encodeEntry(Buffer.from(SECRET), 'u1', 'x1', { ...settled('x1'), kind: 'settled', lifeMs: 1000 })
       await client.redis.set(redisKey('x1'), value, 'PX', 60_000)
       expect(await cache.read('u1', 'x1')).toBeUndefined()
+      await client.redis.set(redisKey('x1'), value)
+      expect(await cache.read('u1', 'x1')).toBeUndefined()
+      await client.redis.set(redisKey('x1'), value, 'PX', 1000)
+      expect(await cache.read('u1', 'x1')).toMatchObject({ kind: 'settled' })
     })
 
     it('garbage', async () => {
@@ -121,6 +125,44 @@ describe.skipIf(!availability.run)('the Redis cache', () => {
         expect(await cache.read('u1', 'g1')).toBeUndefined()
       }
     })
+  })
+})
+
+// Issue 22: an entry's age and expiry are Redis's (PX when written, PTTL when read), never the
+// writer's clock compared with the reader's. The reader's clock is set an hour ahead (Date only)
+// as a machine whose clock is off would have it; Redis's is the machine's own.
+describe.skipIf(!availability.run)('the Redis cache with clocks that disagree', () => {
+  let client: Awaited<ReturnType<typeof testRedis>>
+  let cache: RedisCache
+  beforeAll(async () => {
+    client = await testRedis()
+    cache = createRedisCache({ redis: client.redis, secret: SECRET, prefix: client.prefix, staleAfterMs: 10_000 })
+  })
+  afterAll(async () => client?.close())
+  afterEach(() => {
+    vi.useRealTimers()
+  })
+  const readAnHourAhead = async (key: string) => {
+    vi.useFakeTimers({ toFake: ['Date'] })
+    vi.setSystemTime(Date.now() + 3_600_000)
+    return cache.read('u1', key)
+  }
+
+  it('a settled entry is read by a reader whose clock runs ahead, with what Redis says it has left', async () => {
+    await cache.rememberSettled(settled('k1', 60_000), 0, false)
+    const entry = await readAnHourAhead('k1')
+    expect(entry?.kind).toBe('settled')
+    expect(entry!.remainingMs).toBeGreaterThan(0)
+    expect(entry!.remainingMs).toBeLessThanOrEqual(60_000)
+  })
+
+  it('an in-flight entry too, its lease aged by the clock of Redis since it was written', async () => {
+    await cache.rememberInFlight(inFlight('k2', 300), 0)
+    const entry = await readAnHourAhead('k2')
+    if (entry?.kind !== 'in-flight') throw new Error(`expected an in-flight entry, got ${entry?.kind}`)
+    expect(entry.leaseAgeMs).toBeGreaterThanOrEqual(300)
+    expect(entry.leaseAgeMs).toBeLessThanOrEqual(300 + 1000)
+    expect(entry.leaseAgeMs + entry.remainingMs).toBeLessThanOrEqual(300 + 1000)
   })
 })
 
@@ -152,7 +194,11 @@ describe.skipIf(!availability.run)('the Redis cache when Redis fails', () => {
     await cache.evict('u1', 'd1')
     expect(performance.now() - started).toBeLessThan(1000)
     expect(errors.length).toBeGreaterThan(before)
+    // The client may not have seen its connection die yet (still 'ready' on a stream that cannot
+    // be written): wait for the connection it makes anew.
+    const reconnected = new Promise((resolve) => client.redis.once('ready', resolve))
     proxy.set('forward')
+    await reconnected
   })
 
   it('hanging: a command that does not answer is a miss after timeoutMs', async () => {

@@ -186,19 +186,19 @@ describe.skipIf(!availability.run)('withRedisCache', () => {
 
   describe('wrong entries in Redis change no answer', () => {
     const forge = (key: string, entry: Parameters<typeof encodeEntry>[3], secret = 'not the secret, but as long') => encodeEntry(Buffer.from(secret), 'u1', key, entry)
-    const settledEntry = (fingerprint: string, body: string, expiresAt = Date.now() + 60_000) => ({
+    const settledEntry = (fingerprint: string, body: string, lifeMs = 60_000) => ({
       kind: 'settled' as const,
       status: 'completed' as const,
       fingerprint,
       claimId: 'c',
-      expiresAt,
+      lifeMs,
       response: { status: 201, headers: [['content-type', 'application/json']] as Array<[string, string]>, body: Buffer.from(body) },
     })
 
     it('another fingerprint: no 422 for the payload PostgreSQL holds', async () => {
       const key = newKey()
       await completed(key)
-      await client.redis.set(redisKey(key), forge(key, settledEntry(other, '{"id":"ch_other"}')))
+      await client.redis.set(redisKey(key), forge(key, settledEntry(other, '{"id":"ch_other"}')), 'PX', 60_000)
       const decision = await begin(engine, key)
       expect(decision.kind).toBe(await truth(key))
       if (decision.kind === 'replay') expect(Buffer.from(decision.response.body).toString()).toBe('{"id":"ch_cached"}')
@@ -217,9 +217,10 @@ describe.skipIf(!availability.run)('withRedisCache', () => {
 
     it('a replay for a key PostgreSQL has never seen (or has expired): the key is claimed', async () => {
       const key = newKey()
-      await client.redis.set(redisKey(key), forge(key, settledEntry(print, '{"id":"ch_ghost"}')))
+      await client.redis.set(redisKey(key), forge(key, settledEntry(print, '{"id":"ch_ghost"}')), 'PX', 60_000)
+      // Signed for a life of 1 ms, held for a minute: past the life it was written with.
       const expired = newKey()
-      await client.redis.set(redisKey(expired), encodeEntry(Buffer.from(SECRET), 'u1', expired, settledEntry(print, '{"id":"ch_old"}', Date.now() - 1)))
+      await client.redis.set(redisKey(expired), encodeEntry(Buffer.from(SECRET), 'u1', expired, settledEntry(print, '{"id":"ch_old"}', 1)), 'PX', 60_000)
       for (const k of [key, expired]) {
         const decision = await begin(engine, k)
         expect(decision.kind).toBe('execute')
@@ -230,7 +231,7 @@ describe.skipIf(!availability.run)('withRedisCache', () => {
     it('a 409 for a completed key: the stored response', async () => {
       const key = newKey()
       await completed(key)
-      await client.redis.set(redisKey(key), forge(key, { kind: 'in-flight', fingerprint: print, claimId: 'c', expiresAt: Date.now() + 60_000, leaseAgeMs: 0, writtenAt: Date.now() }))
+      await client.redis.set(redisKey(key), forge(key, { kind: 'in-flight', fingerprint: print, claimId: 'c', lifeMs: 60_000, leaseAgeMs: 0 }), 'PX', 60_000)
       expect((await begin(engine, key)).kind).toBe('replay')
     })
   })

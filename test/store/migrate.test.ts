@@ -19,6 +19,7 @@ describe('loadMigrations', () => {
       { id: 1, name: '001_idempotency_key', breaking: false },
       { id: 2, name: '002_claim_history', breaking: false },
       { id: 3, name: '003_outbox', breaking: false },
+      { id: 4, name: '004_claim_stale_threshold', breaking: false },
     ])
   })
 })

@@ -24,7 +24,10 @@ Without --hook, the reference service's hook: it looks the charge up at the prov
 
   --hook MODULE        path of the hook module
   --older-than-ms N    reconcile claims not renewed for this long (default: $RECONCILE_AFTER_MS
-                       when not 0, else 2 × the stale threshold); at least the stale threshold
+                       when not 0, else 2 × the stale threshold); at least the stale threshold.
+                       A held claim is reconciled only once its lease is also older than the
+                       stale threshold it was made under (recorded with it), so a value smaller
+                       than the service's never takes a claim its owner still renews
   --provider-url URL   the reference service's provider (default: $PROVIDER_URL, else http://127.0.0.1:3001)
   --limit N            claims per run (default 100)
 ${OPS_HELP}

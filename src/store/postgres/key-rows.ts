@@ -20,6 +20,7 @@ export function snapshotOf(scope: string, key: string, row: KeyRow): ClaimSnapsh
     response,
     interrupted: row.interrupted,
     outcomeError: row.outcome_error,
+    staleAfterMs: row.stale_after_ms,
     ageMs: row.age_ms,
     leaseAgeMs: row.lease_age_ms,
     expiresInMs: row.expires_in_ms,

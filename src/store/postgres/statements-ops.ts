@@ -157,11 +157,13 @@ export function buildOpsStatements(schema: string): OpsStatements {
        WHERE status = 'in_progress'`,
     // $1 reconcile-after ms, $2 limit. Suspended claims nobody retried and claims whose owner
     // stopped renewing; oldest lease first. SKIP LOCKED is not needed: the engine's take-over
-    // that follows is the compare-and-swap that decides (Invariant 4).
+    // that follows is the compare-and-swap that decides (Invariant 4). Issue 22: a held claim
+    // counts as stopped only past the stale threshold it was made under too, as the take-over checks.
     reconcilable: `
       SELECT user_id AS scope, key, claim_id::text
         FROM ${table}
-       WHERE status = 'in_progress' AND locked_at <= now() - ${ms('$1')}
+       WHERE status = 'in_progress'
+         AND locked_at <= now() - ${ms('CASE WHEN lock_token IS NULL THEN $1::bigint ELSE GREATEST($1::bigint, stale_after_ms) END')}
        ORDER BY locked_at
        LIMIT $2`,
   }

@@ -20,6 +20,8 @@ export interface KeyRow {
   response_body: Buffer | null
   interrupted: boolean
   outcome_error: string | null
+  /** The stale threshold the claim was made under, or null when it recorded none. */
+  stale_after_ms: number | null
   /** Milliseconds since created_at, in the database's clock. */
   age_ms: number
   /** Milliseconds since locked_at, or null. */
@@ -83,7 +85,7 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
   // The row's columns with its times measured in the database's clock, for a snapshot.
   const snapshot = (k: string) => `${k}.status, ${k}.request_hash, ${k}.claim_id::text, ${k}.lock_token::text,
       ${k}.recovery_point, ${k}.phase_data, ${k}.started_steps, ${k}.response_status, ${k}.response_headers,
-      ${k}.response_body, ${k}.interrupted, ${k}.outcome_error,
+      ${k}.response_body, ${k}.interrupted, ${k}.outcome_error, ${k}.stale_after_ms::double precision AS stale_after_ms,
       ${millisSince(`${k}.created_at`)} AS age_ms, ${millisSince(`${k}.locked_at`)} AS lease_age_ms,
       -${millisSince(`${k}.expires_at`)} AS expires_in_ms`
   const held = 'claim_id::text, lock_token::text, recovery_point, phase_data, started_steps, interrupted'
@@ -95,13 +97,14 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
   return {
     // Invariant 1: one statement decides ownership. $1 scope, $2 key, $3 fingerprint, $4 ttl ms,
     // $5 claim id, $6 fence token (both minted by the caller, so it recognises its own row after
-    // an ambiguous error), $7 lock timeout ms. If the INSERT loses to a row committed after this
-    // statement's snapshot, both branches return nothing and the store runs it once more.
+    // an ambiguous error), $7 lock timeout ms, $8 the stale threshold it is made under (or NULL).
+    // If the INSERT loses to a row committed after this statement's snapshot, both branches
+    // return nothing and the store runs it once more.
     claim: named(
       'claim',
       `WITH inserted AS (
-        INSERT INTO ${table} AS k (user_id, key, request_hash, status, claim_id, lock_token, locked_at, expires_at)
-        SELECT $1, $2, $3, 'in_progress', $5::uuid, $6::uuid, now(), now() + ${ttl('$4')}
+        INSERT INTO ${table} AS k (user_id, key, request_hash, status, claim_id, lock_token, locked_at, expires_at, stale_after_ms)
+        SELECT $1, $2, $3, 'in_progress', $5::uuid, $6::uuid, now(), now() + ${ttl('$4')}, $8::bigint
          WHERE ${notLate('$7')}
         ON CONFLICT (user_id, key) DO NOTHING
         RETURNING ${snapshot('k')}
@@ -117,17 +120,19 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     // Invariant 4: one taker. A compare-and-swap on the claim and token the caller saw,
     // re-checking staleness: of all callers that saw the same snapshot, one matches; a lease
     // renewed meanwhile matches none. Invariant 11: whatever its age, the claim keeps its
-    // identity and is pushed past its TTL, so no concurrent retry sees it expired. $1 scope,
-    // $2 key, $3 claim id, $4 seen token (NULL if suspended), $5 stale ms, $6 new token, $7 ttl
-    // ms, $8 lock timeout ms.
+    // identity and is pushed past its TTL, so no concurrent retry sees it expired. Issue 22: a
+    // held claim is stale only past the greater of the taker's threshold and the one it was made
+    // under (its owner renews on that one's schedule); the taker's is recorded from now on. $1
+    // scope, $2 key, $3 claim id, $4 seen token (NULL if suspended), $5 stale ms, $6 new token,
+    // $7 ttl ms, $8 lock timeout ms.
     takeOver: named(
       'take_over',
       `UPDATE ${table}
           SET lock_token = $6::uuid, locked_at = now(), interrupted = true, updated_at = now(),
-              expires_at = GREATEST(expires_at, now() + ${ttl('$7')})
+              expires_at = GREATEST(expires_at, now() + ${ttl('$7')}), stale_after_ms = $5::bigint
         WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress'
           AND lock_token IS NOT DISTINCT FROM $4::uuid
-          AND (lock_token IS NULL OR locked_at <= now() - ${ttl('$5')})
+          AND (lock_token IS NULL OR locked_at <= now() - ${ttl('GREATEST($5::bigint, stale_after_ms)')})
           AND ${notLate('$8')}
       RETURNING ${held}`,
     ),
@@ -135,11 +140,12 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     // with a new identity, so step keys derived from it are new at the provider too. Never an
     // `in_progress` claim (Invariant 11). A compare-and-swap on the identity seen, re-checking
     // expiry, so of concurrent reclaimers one wins. $1 scope, $2 key, $3 seen claim id,
-    // $4 fingerprint, $5 ttl ms, $6 new claim id, $7 new token, $8 lock timeout ms.
+    // $4 fingerprint, $5 ttl ms, $6 new claim id, $7 new token, $8 lock timeout ms, $9 the stale
+    // threshold the new claim is made under (or NULL).
     reclaimExpired: named(
       'reclaim_expired',
       `UPDATE ${table}
-          SET request_hash = $4, status = 'in_progress', claim_id = $6::uuid,
+          SET request_hash = $4, status = 'in_progress', claim_id = $6::uuid, stale_after_ms = $9::bigint,
               lock_token = $7::uuid, locked_at = now(), recovery_point = NULL,
               phase_data = '{}'::jsonb, started_steps = '{}', interrupted = false, outcome_error = NULL,
               response_status = NULL, response_headers = NULL, response_body = NULL,

@@ -100,7 +100,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
      */
     async claim(request: ClaimRequest): Promise<ClaimAttempt> {
       const { scope, key } = request
-      const values = [scope, key, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs]
+      const values = [scope, key, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs, request.staleAfterMs ?? null]
       for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
         const startedAt = performance.now()
         const { rows } = await send<ClaimRow>(pool, bind(sql.claim, values, timeoutMs), timeoutMs, 'the claim', (late) => {
@@ -124,7 +124,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       return held(seen.scope, seen.key, sql.takeOver, values)
     },
     async reclaimExpired(seen: SeenClaim, request: ReclaimInput): Promise<ClaimState | null> {
-      const values = [seen.scope, seen.key, seen.claimId, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs]
+      const values = [seen.scope, seen.key, seen.claimId, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs, request.staleAfterMs ?? null]
       return held(seen.scope, seen.key, sql.reclaimExpired, values)
     },
     async commitPhase(fence: Fence, phase: string, result: unknown, carried?: CarriedPhases) {

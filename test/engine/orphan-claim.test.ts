@@ -1,0 +1,98 @@
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createEngine, fingerprintRequest, isOncelyError, type Fence } from '../../src/index.js'
+import { createPostgresStore, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { deferred } from '../helpers/deferred.js'
+import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
+
+// Issue 22, point 3: a claim statement that reaches the database after its begin gave up on it
+// (here held in a real proxy, its client timed out and gone) lands as a claim nobody owns. Before,
+// it answered 409 for the whole stale window after the 503, and its taker was marked as if side
+// effects may have happened. Nobody ever held its token, so nobody can have acted on it: the
+// engine lets it go in the background.
+let db: TestDatabase
+let proxy: DatabaseProxy
+let pool: pg.Pool
+beforeAll(async () => {
+  db = await createTestDatabase()
+  proxy = await startDatabaseProxy(db.url)
+  pool = new pg.Pool({ connectionString: proxy.url, max: 4, connectionTimeoutMillis: 2000 })
+  pool.on('error', () => undefined)
+})
+afterAll(async () => {
+  await pool.end()
+  await proxy.close()
+  await db.close()
+})
+
+const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 23 } })
+const input = (key: string) => ({ scope: 'u1', key, fingerprint })
+
+/** An engine on the proxied pool that gives a claim up after one timed-out attempt; `letGo` resolves with the fence of the first claim it let go. */
+function givingUpEngine() {
+  const store = createPostgresStore({ pool, schema: db.schema, statementTimeoutMs: 400, lockTimeoutMs: 300 })
+  const letGo = deferred<{ how: 'released' | 'suspended'; fence: Fence }>()
+  const watched: PostgresStore = {
+    ...store,
+    release: async (fence) => {
+      const done = await store.release(fence)
+      if (done) letGo.resolve({ how: 'released', fence })
+      return done
+    },
+    suspend: async (fence, error) => {
+      const done = await store.suspend(fence, error)
+      if (done) letGo.resolve({ how: 'suspended', fence })
+      return done
+    },
+  }
+  return { engine: createEngine<Queryable>({ store: watched, staleAfterMs: 60_000, claimRetryMs: 1 }), letGo: letGo.promise }
+}
+
+async function rowOf(key: string) {
+  const { rows } = await db.pool.query<{ lock_token: string | null; interrupted: boolean }>(
+    `SELECT lock_token::text, interrupted FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+    [key],
+  )
+  return rows[0]
+}
+
+describe('a claim statement that lands after its begin answered 503', () => {
+  it('a new claim: deleted by its own token; the next retry runs as new, unmarked', async () => {
+    const key = 'orphan-new'
+    const { engine, letGo } = givingUpEngine()
+    const late = proxy.holdNext('_claim')
+    const error: unknown = await engine.begin(input(key)).catch((e: unknown) => e)
+    expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
+    await late.held
+    expect(await rowOf(key)).toBeUndefined()
+    late.release()
+    const { how, fence } = await letGo
+    expect({ how, key: fence.key }).toEqual({ how: 'released', key })
+    expect(await rowOf(key)).toBeUndefined()
+    const retry = owned(await engineOn(db, { staleAfterMs: 60_000 }).engine.begin(input(key)))
+    expect({ how: retry.how, sideEffectsPossible: retry.sideEffectsPossible }).toEqual({ how: 'new', sideEffectsPossible: false })
+    await retry.complete(jsonResponse(201, '{}'))
+  })
+
+  it('a take-over: suspended by its own token, so the next retry takes it over at once', async () => {
+    const key = 'orphan-take-over'
+    const { engine: direct } = engineOn(db, { staleAfterMs: 60_000 })
+    owned(await direct.begin(input(key)))
+    await ageClaim(db, 'u1', key)
+    const { engine, letGo } = givingUpEngine()
+    const late = proxy.holdNext('_take_over')
+    const error: unknown = await engine.begin(input(key)).catch((e: unknown) => e)
+    expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
+    await late.held
+    late.release()
+    const { how, fence } = await letGo
+    expect(how).toBe('suspended')
+    expect(await rowOf(key)).toEqual({ lock_token: null, interrupted: true })
+    expect(fence.key).toBe(key)
+    const retry = owned(await engineOn(db, { staleAfterMs: 60_000 }).engine.begin(input(key)))
+    expect(retry.how).toBe('take-over')
+    await retry.complete(jsonResponse(201, '{}'))
+  })
+})
