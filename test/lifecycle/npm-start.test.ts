@@ -107,14 +107,15 @@ describe.skipIf(!enabled)('npm start: stopping, crashes and a second start (embe
         const [inTransaction, inQuery] = clients as [pg.Client, pg.Client]
         await inTransaction.query('CREATE TABLE IF NOT EXISTS stop_under_load AS SELECT n FROM generate_series(1, 1) AS n')
         await inTransaction.query('INSERT INTO stop_under_load SELECT n FROM generate_series(1, 500000) AS n')
-        await inTransaction.query('BEGIN')
-        await inTransaction.query('LOCK TABLE stop_under_load IN ACCESS EXCLUSIVE MODE')
         const sleeping = inQuery.query('SELECT pg_sleep(600)').catch((error: unknown) => error)
+        // Outside a transaction: inside one, pg_stat_activity answers from one snapshot.
         const backends = await until(async () => {
           const { rows } = await inTransaction.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(600)' AND state = 'active'")
           return rows.length === 0 ? ['not yet'] : []
         }, 30_000)
         expect(backends).toEqual([])
+        await inTransaction.query('BEGIN')
+        await inTransaction.query('LOCK TABLE stop_under_load IN ACCESS EXCLUSIVE MODE')
         const postgresChildren = await childPids(lines.databasePid)
         expect(postgresChildren.length).toBeGreaterThan(2)
 
