@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs'
 import { mkdir, rm } from 'node:fs/promises'
+import { setTimeout as delay } from 'node:timers/promises'
 import { createServer } from 'node:net'
 import { userInfo } from 'node:os'
 import path from 'node:path'
@@ -82,12 +83,17 @@ export async function startEmbeddedPostgres(options: EmbeddedDatabaseOptions): P
     url: embeddedPostgresUrl(port),
     port,
     pid,
-    // Not the package's stop(): it sends SIGINT and waits for the exit without bound, and never
-    // hears an exit that happened before it was called (a Ctrl-C in the terminal reaches
-    // PostgreSQL too). The server's own pid settles it either way.
     stop: async () => {
-      if (pid === undefined) return server.stop()
+      // The package's stop() sends SIGINT and forgets the process once it has exited (its exit
+      // hooks would wait on it otherwise); but it waits without bound, and never hears an exit
+      // that happened before it was called (a Ctrl-C in the terminal reaches PostgreSQL too). The
+      // server's own pid settles the stop either way.
+      const forgotten = server.stop().catch(() => {})
+      if (pid === undefined) return forgotten
       if (!(await stopServer(dataDir))) throw new Error(`the embedded PostgreSQL in ${dataDir} (pid ${pid}) did not exit, even on SIGKILL`)
+      const waited = new AbortController()
+      await Promise.race([forgotten, delay(1000, undefined, { signal: waited.signal }).catch(() => {})])
+      waited.abort()
       if (options.ephemeral === true) await rm(dataDir, { recursive: true, force: true })
     },
     kill: () => killServer(dataDir),
