@@ -34,17 +34,6 @@ export function isAlive(pid: number): boolean {
   }
 }
 
-/**
- * Stops a PostgreSQL this process did not start: SIGINT (fast shutdown: clients disconnected,
- * data kept), then SIGQUIT (immediate shutdown, recovered at the next start) after `graceMs`.
- */
-export async function stopServer(pid: number, graceMs: number): Promise<void> {
-  if (!signal(pid, 'SIGINT')) return
-  if (await waitForExit(pid, graceMs)) return
-  signal(pid, 'SIGQUIT')
-  await waitForExit(pid, 2000)
-}
-
 /** Resolves true once `pid` is gone, false after `timeoutMs`. */
 export async function waitForExit(pid: number, timeoutMs: number): Promise<boolean> {
   const deadline = Date.now() + timeoutMs
@@ -54,13 +43,4 @@ export async function waitForExit(pid: number, timeoutMs: number): Promise<boole
     await new Promise((resolve) => setTimeout(resolve, 50))
   }
   return true
-}
-
-function signal(pid: number, name: NodeJS.Signals): boolean {
-  try {
-    process.kill(pid, name)
-    return true
-  } catch {
-    return false
-  }
 }

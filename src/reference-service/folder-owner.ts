@@ -1,5 +1,5 @@
 import { mkdir, readFile, rm, rmdir, stat, unlink, writeFile } from 'node:fs/promises'
-import { connect, createServer, type Server } from 'node:net'
+import { connect, createServer, type Server, type Socket } from 'node:net'
 import path from 'node:path'
 
 /**
@@ -57,7 +57,11 @@ export async function claimFolder(folder: string): Promise<FolderClaim> {
   const socketPath = shortPath(path.join(folder, SOCKET_NAME))
   const recordPath = path.join(folder, RECORD_NAME)
   let current: OwnerRecord = { pid: process.pid }
+  // A peer that keeps its half of a connection open would hold close() and the service's stop.
+  const connections = new Set<Socket>()
   const server = createServer((socket) => {
+    connections.add(socket)
+    socket.once('close', () => connections.delete(socket))
     socket.on('error', () => {})
     socket.end(`${JSON.stringify(current)}\n`)
   })
@@ -81,7 +85,9 @@ export async function claimFolder(folder: string): Promise<FolderClaim> {
     },
     async release() {
       await rm(recordPath, { force: true })
-      await new Promise<void>((resolve) => server.close(() => resolve()))
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()))
+      for (const socket of connections) socket.destroy()
+      await closed
       await unlink(socketPath).catch(() => {})
     },
   }

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { waitForExit } from '../embedded-postgres/running-server.js'
+import { isAlive, waitForExit } from '../embedded-postgres/running-server.js'
 
 /** The provider the service talks to, and how to stop it. */
 export interface ProviderHandle {
@@ -10,7 +10,10 @@ export interface ProviderHandle {
   readonly pid?: number
   /** Whether it was left running by a service that died, rather than started now. */
   readonly adopted: boolean
+  /** SIGTERM, then SIGKILL after 2 s. */
   stop(): Promise<void>
+  /** SIGKILL now, synchronously, if it still runs: for a process that must exit now. */
+  kill(): void
 }
 
 /** How long a stop waits for the provider to exit on SIGTERM before SIGKILL. */
@@ -32,7 +35,16 @@ export async function startProviderProcess(options: {
   const { leftover } = options
   if (leftover && (await probeProvider(leftover.url))?.pid === leftover.pid) {
     options.log(`adopting the fake provider left running at ${leftover.url} (pid ${leftover.pid}) by a service that stopped without stopping it`)
-    return { url: leftover.url, pid: leftover.pid, adopted: true, description: `fake provider (pid ${leftover.pid}, adopted)`, stop: () => stopPid(leftover.pid) }
+    return {
+      url: leftover.url,
+      pid: leftover.pid,
+      adopted: true,
+      description: `fake provider (pid ${leftover.pid}, adopted)`,
+      stop: () => stopPid(leftover.pid),
+      kill: () => {
+        if (isAlive(leftover.pid)) signal(leftover.pid, 'SIGKILL')
+      },
+    }
   }
   if (options.port !== 0) {
     const stranger = await probeProvider(`http://${options.host}:${options.port}`)
@@ -54,6 +66,9 @@ export async function startProviderProcess(options: {
     adopted: false,
     description: `fake provider (pid ${child.pid ?? '?'})`,
     stop: () => stopChild(child),
+    kill: () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+    },
   }
 }
 
@@ -103,17 +118,18 @@ function stopChild(child: ChildProcess): Promise<void> {
 }
 
 async function stopPid(pid: number): Promise<void> {
-  try {
-    process.kill(pid, 'SIGTERM')
-  } catch {
-    return
-  }
+  if (!signal(pid, 'SIGTERM')) return
   if (!(await waitForExit(pid, STOP_GRACE_MS))) {
-    try {
-      process.kill(pid, 'SIGKILL')
-    } catch {
-      return
-    }
+    if (!signal(pid, 'SIGKILL')) return
     await waitForExit(pid, 1000)
+  }
+}
+
+function signal(pid: number, name: NodeJS.Signals): boolean {
+  try {
+    process.kill(pid, name)
+    return true
+  } catch {
+    return false
   }
 }

@@ -11,6 +11,7 @@ import { createChaos } from './chaos.js'
 import type { ServiceConfig } from './config.js'
 import { openDatabase, SERVICE_POOL_SETTINGS } from './database.js'
 import { claimFolder } from './folder-owner.js'
+import { createStopList } from './shutdown.js'
 import { checkSchemaAtStart } from './schema-check.js'
 import { createProviderClient } from './provider-client.js'
 import { createProviderHttp } from './provider-http.js'
@@ -27,8 +28,10 @@ export interface RunningService {
   readonly providerUrl: string
   /** `http://127.0.0.1:PORT/console` of the console's own listener, or undefined when `CONSOLE_PORT` is off. */
   readonly consoleUrl: string | undefined
-  /** Stops the API, then the provider (if a child), then the database (if embedded). */
+  /** Stops the API, then the provider (if a child), then the database (if embedded), within 7.5 s. */
   stop(): Promise<void>
+  /** SIGKILLs, synchronously, the provider and the database this service runs, if still running: before an exit that cannot wait. */
+  kill(): void
 }
 
 /**
@@ -42,26 +45,15 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
   // The parts that write plain lines (the database, the provider, the cache, the relay).
   const log = (line: string) => logger.info({}, line)
   const warn = (line: string) => logger.warn({}, line)
-  // `adopted`: left by a service that died; a start that fails leaves it as it found it.
-  const cleanups: Array<{ stop: () => Promise<void>; adopted?: boolean }> = []
-  const stopAll = async (options: { failedStart?: boolean } = {}) => {
-    for (const cleanup of cleanups.splice(0).reverse()) {
-      if (options.failedStart === true && cleanup.adopted === true) continue
-      try {
-        await cleanup.stop()
-      } catch (error) {
-        warn(`while stopping: ${String(error)}`)
-      }
-    }
-  }
+  const { push, stopAll, kill } = createStopList(warn)
   try {
     // What this service starts it owns, and adopts only what no live service owns: the folder's
     // claim comes before anything is opened, so a second start touches nothing.
     const owns = config.databaseUrl === undefined || config.providerUrl === undefined
     const claim = owns ? await claimFolder(path.dirname(path.resolve(config.dataDir))) : undefined
-    if (claim) cleanups.push({ stop: () => claim.release() })
+    if (claim) push({ name: 'the folder claim', stop: () => claim.release() })
     const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, log })
-    cleanups.push({ stop: () => database.stop(), adopted: database.adopted })
+    push({ name: 'the database', stop: () => database.stop(), kill: () => database.kill(), adopted: database.adopted, database: true })
     if (config.migrate) {
       // Migrations wait for each other's advisory lock and may build indexes: not under the
       // request pool's timeouts.
@@ -79,12 +71,12 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     // Nor one checked out between two statements of a transaction: pg emits the socket's error on
     // the client, and a client out of the pool has no listener of the pool's.
     pool.on('connect', (client) => client.on('error', () => {}))
-    cleanups.push({ stop: () => pool.end() })
+    push({ name: 'the pool', stop: () => pool.end() })
     await checkSchemaAtStart(pool, { schema: config.schema, migrated: config.migrate })
     const provider = config.providerUrl
-      ? { url: config.providerUrl, description: `provider at ${config.providerUrl}`, adopted: false, pid: undefined, stop: async () => {} }
+      ? { url: config.providerUrl, description: `provider at ${config.providerUrl}`, adopted: false, pid: undefined, stop: async () => {}, kill: () => {} }
       : await startProviderProcess({ host: '127.0.0.1', port: config.providerPort, latencyMs: config.providerLatencyMs, leftover: claim?.previous?.provider, log })
-    cleanups.push({ stop: () => provider.stop(), adopted: provider.adopted })
+    push({ name: 'the provider', stop: () => provider.stop(), kill: () => provider.kill(), adopted: provider.adopted })
     const record = {
       pid: process.pid,
       ...(config.databaseUrl === undefined ? { databaseUrl: database.url } : {}),
@@ -93,14 +85,14 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     await claim?.publish(record)
 
     const cached = await storeWithCache(config, createPostgresStore({ pool, schema: config.schema }), warn)
-    cleanups.push({ stop: () => cached.close() })
+    push({ name: 'the cache', stop: () => cached.close() })
     const store = cached.store
     const engine = createEngine<Queryable>({ store, ttlMs: config.ttlMs, staleAfterMs: config.staleAfterMs })
     const metrics = createServiceMetrics({ pool, store, config, log: logger })
     collectDefaultMetrics({ register: metrics.registry })
     const providerHttp = createProviderHttp(provider.url)
     const providerClient = createProviderClient(providerHttp, { timeoutMs: 30_000 + config.providerLatencyMs })
-    cleanups.push({ stop: async () => providerClient.close() })
+    push({ name: 'the provider client', stop: async () => providerClient.close() })
     const app = createServiceApp({
       pool,
       engine,
@@ -114,17 +106,18 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     })
     if (config.relay) {
       const events = await startEventRelay({ pool, config, log })
-      cleanups.push({ stop: () => events.stop() })
+      push({ name: 'the relay', stop: () => events.stop() })
     }
     const operations = startServiceReconciler({ engine, pool, config, providerUrl: provider.url, metrics, log: logger })
-    cleanups.push({ stop: async () => operations.reconciler?.stop() })
+    push({ name: 'the reconciler', stop: async () => operations.reconciler?.stop() })
     const consoleOptions = { pool, config, metrics, reconcile: operations.runOnce, log: logger, cache: cached.cache }
     mountServiceConsole(app, consoleOptions)
     const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
       const started = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, () => resolve(started))
       started.once('error', reject)
     })
-    cleanups.push({
+    push({
+      name: 'the API',
       stop: () =>
         new Promise<void>((resolve) => {
           server.close(() => resolve())
@@ -139,7 +132,7 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     const host = config.host.includes(':') ? `[${config.host}]` : config.host
     const url = `http://${host}:${port}`
     const served = await startServiceConsole(consoleOptions)
-    if (served) cleanups.push({ stop: () => served.close() })
+    if (served) push({ name: 'the console listener', stop: () => served.close() })
     await claim?.publish({ ...record, url })
     // One write, so a reader that sees the ready line sees the lines to try with it.
     process.stdout.write(
@@ -152,7 +145,7 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
         '',
       ].join('\n'),
     )
-    return { url, providerUrl: provider.url, consoleUrl: served?.url, stop: () => stopAll() }
+    return { url, providerUrl: provider.url, consoleUrl: served?.url, stop: () => stopAll(), kill }
   } catch (error) {
     await stopAll({ failedStart: true })
     throw error
@@ -180,7 +173,10 @@ function tryLines(url: string): string {
 
 /** The signals that stop the service: Ctrl-C, `kill`, docker/systemd, and a closed terminal. */
 const STOP_SIGNALS: readonly NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
-/** The contract gives a stop 10 s. Each part's stop is bounded (API 1 s, provider 3 s, database 5 s); past this the process exits regardless. */
+/**
+ * The contract gives a stop 10 s. The stop itself is bounded (7.5 s: the parts before the database
+ * 3 s, the database 4.5 s); past this the process SIGKILLs what it runs and exits regardless.
+ */
 const STOP_DEADLINE_MS = 9000
 
 /**
@@ -207,7 +203,8 @@ export async function runUntilSignal(config: Readonly<ServiceConfig>): Promise<n
   onSignal = (signal) => log(`${signal}: already stopping`)
   log(`${stopping}: stopping`)
   const deadline = setTimeout(() => {
-    log(`not stopped within ${STOP_DEADLINE_MS} ms: exiting`)
+    log(`not stopped within ${STOP_DEADLINE_MS} ms: killing the provider and the database, and exiting`)
+    service.kill()
     process.exit(1)
   }, STOP_DEADLINE_MS)
   deadline.unref()

@@ -17,7 +17,12 @@ function refusal(env: Record<string, string>): string {
 
 describe('a bad setting of the reference service is refused as `VARIABLE RULE; got VALUE`', () => {
   it.each<[string, Record<string, string>, string]>([
-    ['a TTL not above the stale threshold', { IDEMPOTENCY_TTL_MS: '1000' }, 'IDEMPOTENCY_TTL_MS must be above IDEMPOTENCY_STALE_AFTER_MS (90000); got 1000'],
+    [
+      'a TTL alone, not above the default stale threshold: the message names the variable to set',
+      { IDEMPOTENCY_TTL_MS: '1000' },
+      'IDEMPOTENCY_TTL_MS must be above IDEMPOTENCY_STALE_AFTER_MS (90000 by default; for a TTL this short set IDEMPOTENCY_STALE_AFTER_MS below it as well); got 1000',
+    ],
+    ['a TTL not above a stale threshold that was set', { IDEMPOTENCY_TTL_MS: '1000', IDEMPOTENCY_STALE_AFTER_MS: '2000' }, 'IDEMPOTENCY_TTL_MS must be above IDEMPOTENCY_STALE_AFTER_MS (2000); got 1000'],
     ['a TTL equal to the stale threshold', { IDEMPOTENCY_TTL_MS: '5000', IDEMPOTENCY_STALE_AFTER_MS: '5000' }, 'IDEMPOTENCY_TTL_MS must be above IDEMPOTENCY_STALE_AFTER_MS (5000); got 5000'],
     ['a short cache secret', { ONCELY_CACHE_SECRET: 's3cret' }, 'ONCELY_CACHE_SECRET must be at least 16 bytes; got 6 bytes (not shown)'],
     ['a short console token', { CONSOLE_TOKEN: 's3cret' }, 'CONSOLE_TOKEN must be at least 16 characters; got 6 characters (not shown)'],
@@ -28,5 +33,12 @@ describe('a bad setting of the reference service is refused as `VARIABLE RULE; g
     const shown = refusal(env)
     expect(shown).toBe(expected)
     expect(shown).not.toContain('s3cret')
+  })
+})
+
+describe('the TTL and the stale threshold are a pair', () => {
+  it('a short TTL starts once the stale threshold the refusal names is set below it', () => {
+    expect(() => resolveServiceConfig({ IDEMPOTENCY_TTL_MS: '1000' })).toThrow(ConfigError)
+    expect(resolveServiceConfig({ IDEMPOTENCY_TTL_MS: '1000', IDEMPOTENCY_STALE_AFTER_MS: '500' })).toMatchObject({ ttlMs: 1000, staleAfterMs: 500 })
   })
 })

@@ -1,4 +1,4 @@
-import { execFile, spawn } from 'node:child_process'
+import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import { createServer } from 'node:net'
 import { promisify } from 'node:util'
 import { startProcess, type TestProcess } from '../../helpers/processes.js'
@@ -92,4 +92,33 @@ export async function busyPorts(ports: readonly number[]): Promise<number[]> {
     if (!free) busy.push(port)
   }
   return busy
+}
+
+/** Children of `parent` (not zombies): a PostgreSQL's backends and workers, which leave its process group. */
+export async function childPids(parent: number): Promise<number[]> {
+  const { stdout } = await run('ps', ['-e', '-o', 'pid=,ppid=,stat='])
+  return stdout
+    .split('\n')
+    .map((line) => line.trim().split(/\s+/))
+    .filter(([, ppid, stat]) => Number(ppid) === parent && stat !== undefined && !stat.startsWith('Z'))
+    .map(([pid]) => Number(pid))
+}
+
+/** `count` processes spinning on the CPU, the load of other test runs on the machine; `stop()` SIGKILLs them. */
+export function cpuBurners(count: number): { stop(): Promise<void> } {
+  const burners: ChildProcess[] = Array.from({ length: count }, () => spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }))
+  return {
+    async stop() {
+      await Promise.all(
+        burners.map(
+          (burner) =>
+            new Promise<void>((resolve) => {
+              if (burner.exitCode !== null || burner.signalCode !== null) return resolve()
+              burner.once('exit', () => resolve())
+              burner.kill('SIGKILL')
+            }),
+        ),
+      )
+    },
+  }
 }
