@@ -169,14 +169,14 @@ export function createHolds(databaseUrl: string): { hold(holderUrl: string, sche
   }
 }
 
-/** The run's cache entries (namespace = its schema): the shared Redis keeps nothing of a bench. */
-export async function deleteRedisEntries(redisUrl: string, schema: string): Promise<void> {
+/** The run's entries (`pattern`, e.g. its schema's namespace `oncely:<schema>:*`): the shared Redis keeps nothing of a bench. */
+export async function deleteRedisEntries(redisUrl: string, pattern: string): Promise<void> {
   const { Redis } = await import('ioredis')
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 })
   try {
     let cursor = '0'
     do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `oncely:${schema}:*`, 'COUNT', 1000)
+      const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
       cursor = next
       if (keys.length > 0) await redis.del(...keys)
     } while (cursor !== '0')

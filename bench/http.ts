@@ -87,7 +87,7 @@ export async function httpBench(databaseUrl: string, options: HttpOptions): Prom
     return report(variants, closed, fixed, rate, options.connections)
   } finally {
     for (const process of started.reverse()) await process.stop()
-    if (options.redisUrl) await deleteRedisEntries(options.redisUrl, SCHEMA)
+    if (options.redisUrl) await deleteRedisEntries(options.redisUrl, `oncely:${SCHEMA}:*`)
   }
 }
 

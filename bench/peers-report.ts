@@ -9,8 +9,8 @@ export interface PeerCell {
   runs: LoadRun[]
 }
 
-/** The Redis-backed replay the replay targets compare with, when a run has one. */
-const REDIS_REPLAY = 'service + redis replay'
+/** The Redis-backed replay the replay targets compare with: a Redis library's, on Express 5. */
+const REDIS_REPLAY = 'redis peer replay'
 
 /**
  * Every cell beside plain Express's fresh charges (req/s and CPU), and issue 21's targets, each
@@ -60,7 +60,8 @@ export function peerFigures(cells: readonly PeerCell[], connections: number): { 
       ),
     )
   }
-  versus('service replay', REDIS_REPLAY, 1.0, '(our own Redis path as the Redis-backed replay)')
+  versus('service replay', REDIS_REPLAY, 1.0, '')
+  versus('service + redis replay', REDIS_REPLAY, 1.5, '')
   versus('minimal + oncely fresh', 'minimal fresh', 0.5, '')
   return { cells: all, targets }
 }

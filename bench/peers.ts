@@ -9,6 +9,7 @@ const EXPRESS_APP = fileURLToPath(new URL('./baselines/express-app.ts', import.m
 // Schemas of the run's own (in a database of its own): its Redis entries are deleted by namespace.
 const SERVICE_SCHEMA = `bench_peers_${process.pid}`
 const EXPRESS_SCHEMA = `bench_peers_express_${process.pid}`
+const PEER_PREFIX = `bench-peer-${process.pid}`
 
 export type Cell = 'fresh' | 'replay' | 'conflict' | 'mismatch'
 const EXPECTED: Record<Cell, number> = { fresh: 201, replay: 201, conflict: 409, mismatch: 422 }
@@ -42,7 +43,8 @@ export interface PeersResult {
 /**
  * The peers' shape (issue 21): the reference service (atomic-phases, with the Redis cache, and
  * `IDEMPOTENCY_STRATEGY=none`), the same charge route on plain Express 5 with no idempotency and
- * behind `oncely/express`, and a minimal route with and without the guard; each cell (fresh,
+ * behind `oncely/express`, the same route behind a Redis library (`@node-idempotency/core`, when
+ * a Redis answers), and a minimal route with and without the guard; each cell (fresh,
  * replay, 409, 422) of every target interleaved with the others, round by round, so drift in
  * the machine's load falls on all alike. CPU and write syscalls are the target process's own,
  * from /proc; PostgreSQL's CPU is its backends' for the run's database.
@@ -64,25 +66,27 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
     ])
     const serve = (strategy: string, providerUrl: string, env: Record<string, string> = {}) =>
       start(startCli(['serve', '--port', '0', '--database-url', databaseUrl, '--schema', SERVICE_SCHEMA, '--provider-url', providerUrl, '--strategy', strategy], env))
-    const express = (providerUrl: string, oncely: boolean, timeoutMs = 10_000) =>
-      start(
-        startProgram(EXPRESS_APP, [
-          '--port', '0', '--provider-url', providerUrl, '--provider-timeout-ms', String(timeoutMs),
-          ...(oncely ? ['--oncely', '--database-url', databaseUrl, '--schema', EXPRESS_SCHEMA] : []),
-        ]),
-      )
-    // One at a time where they share a schema: each migrates it at start-up.
-    const service = await serve('atomic-phases', provider.url)
-    const [none, serviceHolder, redis, plain] = await Promise.all([
+    type Guard = 'none' | 'oncely' | 'redis peer'
+    const guards: Record<Guard, string[]> = {
+      none: [],
+      oncely: ['--oncely', '--database-url', databaseUrl, '--schema', EXPRESS_SCHEMA],
+      'redis peer': ['--redis-peer', options.redisUrl ?? '', '--redis-prefix', PEER_PREFIX],
+    }
+    const express = (providerUrl: string, guard: Guard, timeoutMs = 10_000) =>
+      start(startProgram(EXPRESS_APP, ['--port', '0', '--provider-url', providerUrl, '--provider-timeout-ms', String(timeoutMs), ...guards[guard]]))
+    // All at once: migrations that share a schema wait for each other under its lock.
+    const [service, none, serviceHolder, redis, peer, plain, guarded, guardedHolder] = await Promise.all([
+      serve('atomic-phases', provider.url),
       serve('none', provider.url),
       // Its provider never answers (and it waits as long): its claims stay in flight.
       serve('atomic-phases', holdingProvider.url, { PROVIDER_LATENCY_MS: String(HOLD_MS) }),
       options.redisUrl === undefined ? undefined : serve('atomic-phases', provider.url, { REDIS_URL: options.redisUrl }),
-      express(provider.url, false),
+      options.redisUrl === undefined ? undefined : express(provider.url, 'redis peer'),
+      express(provider.url, 'none'),
+      express(provider.url, 'oncely'),
+      express(holdingProvider.url, 'oncely', HOLD_MS),
     ])
-    const guarded = await express(provider.url, true)
-    const guardedHolder = await express(holdingProvider.url, true, HOLD_MS)
-    if (!redis) notes.push('no Redis (--redis-url, REDIS_URL or redis://127.0.0.1:6379 did not answer): the Redis cells and the replay targets against a Redis-backed replay are left out')
+    if (!redis) notes.push('no Redis (--redis-url, REDIS_URL or redis://127.0.0.1:6379 did not answer): the Redis cells, the Redis peer and the replay targets are left out')
 
     const all = ['fresh', 'replay', 'conflict', 'mismatch'] as const
     const serviceHolds = { url: `${serviceHolder.url}/v1/charges`, schema: SERVICE_SCHEMA }
@@ -92,6 +96,7 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
       { name: 'service', process: service, path: '/v1/charges', cells: all, holder: serviceHolds },
       ...(redis ? [{ name: 'service + redis', process: redis, path: '/v1/charges', cells: all, holder: serviceHolds }] : []),
       { name: 'express + oncely', process: guarded, path: '/v1/charges', cells: all, holder: { url: `${guardedHolder.url}/v1/charges`, schema: EXPRESS_SCHEMA } },
+      ...(peer ? [{ name: 'redis peer', process: peer, path: '/v1/charges', cells: ['fresh', 'replay'] as const }] : []),
       { name: 'minimal', process: plain, path: '/v1/minimal', cells: ['fresh'] },
       { name: 'minimal + oncely', process: guarded, path: '/v1/minimal', cells: ['fresh'] },
     ]
@@ -122,7 +127,10 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
     await holds.release()
     await databaseCpu.close()
     for (const process of started.reverse()) await process.stop()
-    if (options.redisUrl) await deleteRedisEntries(options.redisUrl, SERVICE_SCHEMA)
+    if (options.redisUrl) {
+      await deleteRedisEntries(options.redisUrl, `oncely:${SERVICE_SCHEMA}:*`)
+      await deleteRedisEntries(options.redisUrl, `${PEER_PREFIX}:*`)
+    }
   }
 }
 

@@ -4,10 +4,11 @@
  * validated, the fake provider called over HTTP on a keep-alive agent, 201 with the charge JSON;
  * with oncely the provider call is a step and the charge row commits with the completion, on a
  * pipelining pool. `POST /v1/minimal` is the smallest route there is (a JSON answer, nothing
- * else), with the guard or without: what the guard alone costs.
+ * else), with the guard or without: what the guard alone costs. `--redis-peer` guards the
+ * charges route with `@node-idempotency/core` on Redis instead (bench/baselines/redis-peer.ts).
  *
  *   node --import tsx bench/baselines/express-app.ts --provider-url URL [--port 0]
- *     [--oncely --database-url URL --schema NAME] [--provider-timeout-ms N]
+ *     [--oncely --database-url URL --schema NAME | --redis-peer URL --redis-prefix P] [--provider-timeout-ms N]
  *
  * Prints `listening on http://127.0.0.1:PORT` once ready; stops on SIGTERM or SIGINT.
  */
@@ -24,6 +25,8 @@ const { values } = parseArgs({
     oncely: { type: 'boolean', default: false },
     'database-url': { type: 'string' },
     schema: { type: 'string', default: 'bench_express' },
+    'redis-peer': { type: 'string' },
+    'redis-prefix': { type: 'string', default: 'bench-peer' },
   },
 })
 if (!values['provider-url']) throw new Error('--provider-url is required')
@@ -77,6 +80,14 @@ if (values.oncely) {
   close = guarded.close
   app.post('/v1/charges', auth, express.json(), validate, guarded.guard, guarded.charge)
   app.post('/v1/minimal', express.json(), guarded.guard, minimal)
+} else if (values['redis-peer']) {
+  const { redisPeer } = await import('./redis-peer.js')
+  const peer = await redisPeer(values['redis-peer'], values['redis-prefix'])
+  close = peer.close
+  app.post('/v1/charges', auth, express.json(), validate, peer.guard(async (_req, res) => {
+    const { input } = res.locals as Locals
+    return { status: 201, body: view(input, await provider.charge(input, undefined)) }
+  }))
 } else {
   app.post('/v1/charges', auth, express.json(), validate, async (req: Request, res: Response, next: NextFunction) => {
     const { input } = res.locals as Locals
