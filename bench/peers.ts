@@ -51,9 +51,14 @@ export interface PeersResult {
  */
 export async function peersBench(databaseUrl: string, options: PeersOptions): Promise<PeersResult> {
   const started: BenchProcess[] = []
-  const start = async (promise: Promise<BenchProcess>) => {
-    const process = await promise
-    started.push(process)
+  // Every start, settled or not: one that fails must not leave the others running past the finally.
+  const starting: Array<Promise<unknown>> = []
+  const start = (promise: Promise<BenchProcess>) => {
+    const process = promise.then((p) => {
+      started.push(p)
+      return p
+    })
+    starting.push(process.catch(() => undefined))
     return process
   }
   const notes: string[] = []
@@ -124,6 +129,7 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
     const measured: PeerCell[] = cells.map((c) => ({ target: c.target.name, cell: c.cell, runs: runs.get(c.name) ?? [] }))
     return { ...peerFigures(measured, options.connections), notes }
   } finally {
+    await Promise.all(starting)
     await holds.release()
     await databaseCpu.close()
     for (const process of started.reverse()) await process.stop()
