@@ -128,43 +128,43 @@ export async function waitForStatus(url: string, key: string, status: number): P
   throw new Error(`${key} never answered ${status} on ${url}`)
 }
 
-/** Resolves once `key` is claimed (in progress) in oncely's table under `schema`. */
-export async function waitForClaim(databaseUrl: string, schema: string, key: string): Promise<void> {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  await client.connect()
-  try {
+/**
+ * Holds requests in flight, each on a `holder` whose provider never answers, so that every
+ * other request with its key is a 409. A new key for every run: a request held longer than the
+ * HTTP client's own timeouts would end, and its claim would be suspended and taken over. One
+ * connection for every wait: a shared server has few to spare.
+ */
+export function createHolds(databaseUrl: string): { hold(holderUrl: string, schema: string, targetUrl: string): Promise<string>; release(): Promise<void> } {
+  const held = new AbortController()
+  const holding: Array<Promise<unknown>> = []
+  let holds = 0
+  let client: pg.Client | undefined
+  const claimed = async (schema: string, key: string) => {
+    if (!client) {
+      client = new pg.Client({ connectionString: databaseUrl })
+      client.on('error', (error) => process.stderr.write(`bench: the holds' connection ended: ${error.message}\n`))
+      await client.connect()
+    }
     for (let attempt = 0; attempt < 200; attempt++) {
       const { rowCount } = await client.query(`SELECT 1 FROM "${schema}".idempotency_key WHERE key = $1 AND status = 'in_progress'`, [key])
       if (rowCount === 1) return
       await new Promise((resolve) => setTimeout(resolve, 25))
     }
     throw new Error(`nobody ever claimed ${key} under ${schema}`)
-  } finally {
-    await client.end()
   }
-}
-
-/**
- * Holds requests in flight, each on a `holder` whose provider never answers, so that every
- * other request with its key is a 409. A new key for every run: a request held longer than the
- * HTTP client's own timeouts would end, and its claim would be suspended and taken over.
- */
-export function createHolds(databaseUrl: string): { hold(holderUrl: string, schema: string, targetUrl: string): Promise<string>; release(): Promise<void> } {
-  const held = new AbortController()
-  const holding: Array<Promise<unknown>> = []
-  let holds = 0
   return {
     async hold(holderUrl, schema, targetUrl) {
       const key = `bench-conflict-${process.pid}-${holds++}`
       holding.push(fetch(holderUrl, { method: 'POST', headers: headers(key), body: BODY, signal: held.signal }).catch(() => undefined))
       // Only once the holder's claim is committed may anyone else send the key, or they would claim it.
-      await waitForClaim(databaseUrl, schema, key)
+      await claimed(schema, key)
       await waitForStatus(targetUrl, key, 409)
       return key
     },
     async release() {
       held.abort()
       await Promise.all(holding)
+      await client?.end()
     },
   }
 }
