@@ -62,13 +62,18 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
     return process
   }
   const notes: string[] = []
+  // On stderr: a quiet minute is hard to tell from a hang.
+  const began = performance.now()
+  const progress = (what: string) => process.stderr.write(`peers: ${what} (${((performance.now() - began) / 1000).toFixed(0)} s)\n`)
   const databaseCpu = backendsCpu(databaseUrl)
   const holds = createHolds(databaseUrl)
+  let holdingProviderUrl: string | undefined
   try {
     const [provider, holdingProvider] = await Promise.all([
       start(startCli(['provider', '--port', '0', '--latency-ms', '0'])),
       start(startCli(['provider', '--port', '0', '--latency-ms', String(HOLD_MS)])),
     ])
+    holdingProviderUrl = holdingProvider.url
     const serve = (strategy: string, providerUrl: string, env: Record<string, string> = {}) =>
       start(startCli(['serve', '--port', '0', '--database-url', databaseUrl, '--schema', SERVICE_SCHEMA, '--provider-url', providerUrl, '--strategy', strategy], env))
     type Guard = 'none' | 'oncely' | 'redis peer'
@@ -121,10 +126,13 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
       const request = await prepare(cell)
       return loadRun({ url: `${cell.target.process.url}${cell.target.path}`, process: cell.target.process, name: cell.name }, { ...request, expected: EXPECTED[cell.cell] }, { seconds, connections: options.connections, databaseCpu })
     }
+    progress(`${started.length} processes ready, ${cells.length} cells`)
     if (options.warmupSeconds > 0) for (const cell of cells) await run(cell, options.warmupSeconds)
+    progress('warmed up')
     const runs = new Map<string, LoadRun[]>(cells.map((c) => [c.name, []]))
-    await interleaved(options.rounds, cells, async (cell) => {
+    await interleaved(options.rounds, cells, async (cell, round) => {
       runs.get(cell.name)?.push(await run(cell, options.seconds))
+      if (cell === cells[round % 2 === 0 ? cells.length - 1 : 0]) progress(`round ${round + 1} of ${options.rounds}`)
     })
     const measured: PeerCell[] = cells.map((c) => ({ target: c.target.name, cell: c.cell, runs: runs.get(c.name) ?? [] }))
     return { ...peerFigures(measured, options.connections), notes }
@@ -132,7 +140,12 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
     await Promise.all(starting)
     await holds.release()
     await databaseCpu.close()
-    for (const process of started.reverse()) await process.stop()
+    // The never-answering provider first, killed: its graceful stop would wait 10 s on the
+    // requests it holds; then the holders' requests fail at once, and they stop at once too.
+    const holding = started.filter((p) => p.url === holdingProviderUrl)
+    await Promise.all(holding.map((p) => p.kill()))
+    await Promise.all(started.filter((p) => !holding.includes(p)).map((p) => p.stop()))
+    progress('stopped')
     if (options.redisUrl) {
       await deleteRedisEntries(options.redisUrl, `oncely:${SERVICE_SCHEMA}:*`)
       await deleteRedisEntries(options.redisUrl, `${PEER_PREFIX}:*`)

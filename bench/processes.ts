@@ -13,7 +13,10 @@ export interface BenchProcess {
   cpuMs(): Promise<number>
   /** Write system calls (write, writev…) the process has made so far: its socket writes, mostly (/proc/<pid>/io). */
   writes(): Promise<number>
+  /** SIGTERM, then SIGKILL after 10 s. */
   stop(): Promise<void>
+  /** SIGKILL at once: for a process whose graceful stop would wait on requests that never end. */
+  kill(): Promise<void>
 }
 
 /** Runs `oncely <args>` from the current source, as its own process, until its ready line. */
@@ -49,6 +52,11 @@ export async function startProgram(script: string, args: string[], env: Record<s
       const timer = setTimeout(() => child.kill('SIGKILL'), 10_000)
       await exited
       clearTimeout(timer)
+    },
+    async kill() {
+      if (child.exitCode !== null || child.signalCode !== null) return
+      child.kill('SIGKILL')
+      await exited
     },
   }
 }
