@@ -100,7 +100,8 @@ export async function loadRun(
   if (result.errors > 0 || statuses.some((s) => Number(s) !== request.expected)) {
     throw new Error(`${target.name}: expected only ${request.expected}, got ${JSON.stringify(result.statusCodeStats)} and ${result.errors} errors`)
   }
-  const total = Math.max(1, result.requests.total)
+  // No request completed (a stalled target): no per-request figure, rather than one divided by 1.
+  const total = result.requests.total > 0 ? result.requests.total : Number.NaN
   return {
     perSecond: result.requests.total / result.duration,
     p50: result.latency.p50,

@@ -18,6 +18,7 @@ const REDIS_REPLAY = 'redis peer replay'
  */
 export function peerFigures(cells: readonly PeerCell[], connections: number): { cells: Figure[]; targets: Figure[] } {
   const of = (name: string) => cells.find((c) => `${c.target} ${c.cell}` === name)?.runs ?? []
+  // A run in which nothing completed has no per-request figures (NaN): median() leaves it out.
   const med = (runs: readonly LoadRun[], pick: (run: LoadRun) => number) => median(runs.map(pick))
   const express = of('express fresh')
   const expressRate = med(express, (r) => r.perSecond)
@@ -38,6 +39,7 @@ export function peerFigures(cells: readonly PeerCell[], connections: number): { 
           'PostgreSQL CPU-ms/req': med(c.runs, (r) => r.databaseCpuMsPerRequest),
           'p50 ms': med(c.runs, (r) => r.p50),
           'p99 ms': med(c.runs, (r) => r.p99),
+          requests: c.runs.reduce((sum, r) => sum + r.requests, 0),
         },
       },
       med(c.runs, (r) => r.perSecond),
