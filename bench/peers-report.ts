@@ -39,7 +39,7 @@ export function peerFigures(cells: readonly PeerCell[], connections: number): { 
           'PostgreSQL CPU-ms/req': med(c.runs, (r) => r.databaseCpuMsPerRequest),
           'p50 ms': med(c.runs, (r) => r.p50),
           'p99 ms': med(c.runs, (r) => r.p99),
-          requests: c.runs.reduce((sum, r) => sum + r.requests, 0),
+          requests: String(c.runs.reduce((sum, r) => sum + r.requests, 0)),
         },
       },
       med(c.runs, (r) => r.perSecond),
