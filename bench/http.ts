@@ -1,13 +1,9 @@
-import autocannon from 'autocannon'
-import pg from 'pg'
 import { interleaved } from './closed-loop.js'
-import { processCpuMs, startCli, type BenchProcess } from './processes.js'
+import { backendsCpu, BODY, createHolds, deleteRedisEntries, expectStatus, HOLD_MS, loadRun, type LoadRun } from './http-load.js'
+import { startCli, type BenchProcess } from './processes.js'
 import { figure, type Figure } from './report.js'
 import { median } from './stats.js'
 
-const USER = 'Bearer demo_7'
-const BODY = '{"amount":1000,"currency":"usd","customer":"cus_bench"}'
-const HOLD_MS = 3_600_000
 // A schema of the run's own: the Redis entries of a run are its own too, and deleted at its end.
 const SCHEMA = `bench_http_${process.pid}`
 
@@ -20,14 +16,7 @@ interface Variant {
   kind: Kind
 }
 
-interface Run {
-  perSecond: number
-  p50: number
-  p99: number
-  cpuMsPerRequest: number
-  /** CPU of the PostgreSQL backends serving the bench's database, per request. */
-  databaseCpuMsPerRequest: number
-}
+type Run = LoadRun
 
 export interface HttpOptions {
   seconds: number
@@ -64,20 +53,9 @@ export async function httpBench(databaseUrl: string, options: HttpOptions): Prom
     const holder = await serve('atomic-phases', holdingProvider.url, { PROVIDER_LATENCY_MS: String(HOLD_MS) })
     const redis = options.redisUrl ? await serve('atomic-phases', provider.url, { REDIS_URL: options.redisUrl }) : undefined
 
-    const held = new AbortController()
-    const holding: Array<Promise<unknown>> = []
-    // A new held key before every conflict run: a request held longer than the HTTP client's
-    // own timeouts would end, and its claim would be suspended and taken over.
-    let holds = 0
-    const hold = async (target: BenchProcess) => {
-      const key = `bench-conflict-${holds++}`
-      holding.push(fetch(`${holder.url}/v1/charges`, { method: 'POST', headers: headers(key), body: BODY, signal: held.signal }).catch(() => undefined))
-      // Only once the holder's claim is committed may anyone else send the key, or they would claim it.
-      await waitForClaim(databaseUrl, key)
-      await waitForStatus(target.url, key, 409)
-      return key
-    }
-    await expectStatus(oncely.url, 'bench-replay', 201)
+    const holds = createHolds(databaseUrl)
+    const hold = (target: BenchProcess) => holds.hold(`${holder.url}/v1/charges`, SCHEMA, `${target.url}/v1/charges`)
+    await expectStatus(`${oncely.url}/v1/charges`, 'bench-replay', 201)
 
     const variants: Variant[] = [
       { name: 'none fresh', service: none, kind: 'fresh' },
@@ -89,9 +67,11 @@ export async function httpBench(databaseUrl: string, options: HttpOptions): Prom
       variants.push({ name: 'oncely + redis fresh', service: redis, kind: 'fresh' }, { name: 'oncely + redis replay', service: redis, kind: 'replay' }, { name: 'oncely + redis conflict', service: redis, kind: 'conflict' })
     }
     const prepare = async (variant: Variant) => (variant.kind === 'conflict' ? hold(variant.service) : variant.kind === 'replay' ? 'bench-replay' : undefined)
+    const databaseCpu = backendsCpu(databaseUrl)
+    const load = (variant: Variant, key: string | undefined, run: { seconds: number; connections: number; rate?: number }) =>
+      loadRun({ url: `${variant.service.url}/v1/charges`, process: variant.service, name: variant.name }, { key, body: BODY, expected: EXPECTED[variant.kind] }, { ...run, databaseCpu })
     for (const variant of variants) await load(variant, await prepare(variant), { seconds: 2, connections: options.connections })
 
-    databaseCpu = backendsCpu(databaseUrl)
     const closed = new Map<string, Run[]>(variants.map((v) => [v.name, []]))
     await interleaved(options.rounds, variants, async (variant) => {
       closed.get(variant.name)?.push(await load(variant, await prepare(variant), { seconds: options.seconds, connections: options.connections }))
@@ -102,101 +82,16 @@ export async function httpBench(databaseUrl: string, options: HttpOptions): Prom
     await interleaved(Math.max(1, Math.ceil(options.rounds / 2)), variants, async (variant) => {
       fixed.get(variant.name)?.push(await load(variant, await prepare(variant), { seconds: options.seconds, connections: options.connections, rate }))
     })
-    held.abort()
-    await Promise.all(holding)
+    await holds.release()
     await databaseCpu.close()
     return report(variants, closed, fixed, rate, options.connections)
   } finally {
     for (const process of started.reverse()) await process.stop()
-    if (options.redisUrl) await deleteEntries(options.redisUrl)
+    if (options.redisUrl) await deleteRedisEntries(options.redisUrl, `oncely:${SCHEMA}:*`)
   }
-}
-
-/** The run's cache entries (namespace = its schema): the shared Redis keeps nothing of a bench. */
-async function deleteEntries(redisUrl: string): Promise<void> {
-  const { Redis } = await import('ioredis')
-  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 })
-  try {
-    let cursor = '0'
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `oncely:${SCHEMA}:*`, 'COUNT', 1000)
-      cursor = next
-      if (keys.length > 0) await redis.del(...keys)
-    } while (cursor !== '0')
-  } finally {
-    redis.disconnect()
-  }
-}
-
-function headers(key: string): Record<string, string> {
-  return { authorization: USER, 'content-type': 'application/json', 'idempotency-key': key }
 }
 
 const EXPECTED: Record<Kind, number> = { fresh: 201, replay: 201, conflict: 409 }
-let sequence = 0
-let databaseCpu: { sample(): Promise<Map<number, number>>; close(): Promise<void> } = { sample: async () => new Map(), close: async () => {} }
-
-/**
- * The CPU time of each PostgreSQL backend connected to the bench's database, read from /proc:
- * what a request costs the database. Backends come and go with the pools, so a run's cost is
- * the sum over the backends alive at its end of what each used since its start (or since it
- * opened).
- */
-function backendsCpu(databaseUrl: string): { sample(): Promise<Map<number, number>>; close(): Promise<void> } {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  // Open across the whole run: a connection the server ends (57P01) must fail the next sample
-  // with its error, not crash the process with an unhandled 'error' event.
-  client.on('error', (error) => process.stderr.write(`bench: the CPU sampler's connection ended: ${error.message}\n`))
-  const connected = client.connect()
-  return {
-    async sample() {
-      await connected
-      const { rows } = await client.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')
-      const sample = new Map<number, number>()
-      for (const { pid } of rows) {
-        const ms = await processCpuMs(pid).catch(() => undefined)
-        if (ms !== undefined) sample.set(pid, ms)
-      }
-      return sample
-    },
-    close: () => client.end(),
-  }
-}
-
-function usedSince(before: Map<number, number>, after: Map<number, number>): number {
-  let total = 0
-  for (const [pid, ms] of after) total += ms - (before.get(pid) ?? 0)
-  return total
-}
-
-/** One autocannon run on `variant`: every request with `key`, or each with a new key when there is none. */
-async function load(variant: Variant, key: string | undefined, options: { seconds: number; connections: number; rate?: number }): Promise<Run> {
-  const prefix = `fresh-${process.pid}-${sequence++}-`
-  let n = 0
-  const cpuBefore = await variant.service.cpuMs()
-  const databaseBefore = await databaseCpu.sample()
-  const result = await autocannon({
-    url: `${variant.service.url}/v1/charges`,
-    connections: options.connections,
-    duration: options.seconds,
-    ...(options.rate === undefined ? {} : { overallRate: options.rate }),
-    requests: [
-      {
-        method: 'POST',
-        body: BODY,
-        headers: headers(key ?? ''),
-        ...(key === undefined ? { setupRequest: (request) => ({ ...request, headers: headers(`${prefix}${n++}`) }) } : {}),
-      },
-    ],
-  })
-  const cpuMs = (await variant.service.cpuMs()) - cpuBefore
-  const databaseMs = usedSince(databaseBefore, await databaseCpu.sample())
-  const statuses = Object.keys(result.statusCodeStats)
-  if (result.errors > 0 || statuses.some((s) => Number(s) !== EXPECTED[variant.kind])) {
-    throw new Error(`${variant.name}: expected only ${EXPECTED[variant.kind]}, got ${JSON.stringify(result.statusCodeStats)} and ${result.errors} errors`)
-  }
-  return { perSecond: result.requests.total / result.duration, p50: result.latency.p50, p99: result.latency.p99, cpuMsPerRequest: cpuMs / Math.max(1, result.requests.total), databaseCpuMsPerRequest: databaseMs / Math.max(1, result.requests.total) }
-}
 
 function runsOf(runs: Map<string, Run[]>, name: string): Run[] {
   return runs.get(name) ?? []
@@ -259,35 +154,4 @@ function report(variants: readonly Variant[], closed: Map<string, Run[]>, fixed:
     )
   }
   return figures
-}
-
-async function expectStatus(url: string, key: string, status: number): Promise<void> {
-  const response = await fetch(`${url}/v1/charges`, { method: 'POST', headers: headers(key), body: BODY })
-  await response.arrayBuffer()
-  if (response.status !== status) throw new Error(`setting up ${key}: expected ${status}, got ${response.status}`)
-}
-
-async function waitForStatus(url: string, key: string, status: number): Promise<void> {
-  for (let attempt = 0; attempt < 100; attempt++) {
-    const response = await fetch(`${url}/v1/charges`, { method: 'POST', headers: headers(key), body: BODY })
-    await response.arrayBuffer()
-    if (response.status === status) return
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-  throw new Error(`${key} never answered ${status}`)
-}
-
-async function waitForClaim(databaseUrl: string, key: string): Promise<void> {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  await client.connect()
-  try {
-    for (let attempt = 0; attempt < 200; attempt++) {
-      const { rowCount } = await client.query(`SELECT 1 FROM ${SCHEMA}.idempotency_key WHERE key = $1 AND status = 'in_progress'`, [key])
-      if (rowCount === 1) return
-      await new Promise((resolve) => setTimeout(resolve, 25))
-    }
-    throw new Error(`the holding service never claimed ${key}`)
-  } finally {
-    await client.end()
-  }
 }

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process'
+import { execFileSync, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process'
 import { readFile } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import { waitForReadyLine, type ChildExit } from '../src/cli/ready-line.js'
@@ -11,25 +11,41 @@ export interface BenchProcess {
   readonly pid: number
   /** User + system CPU time the process has used so far, in milliseconds (from /proc). */
   cpuMs(): Promise<number>
+  /** Write system calls (write, writev…) the process has made so far: its socket writes, mostly (/proc/<pid>/io). */
+  writes(): Promise<number>
+  /** SIGTERM, then SIGKILL after 10 s. */
   stop(): Promise<void>
+  /** SIGKILL at once: for a process whose graceful stop would wait on requests that never end. */
+  kill(): Promise<void>
 }
 
 /** Runs `oncely <args>` from the current source, as its own process, until its ready line. */
-export async function startCli(args: string[], env: Record<string, string> = {}, nodeOptions: string[] = []): Promise<BenchProcess> {
-  const child: ChildProcessWithoutNullStreams = spawn(process.execPath, [...nodeOptions, '--import', 'tsx', CLI, ...args], {
+export function startCli(args: string[], env: Record<string, string> = {}, nodeOptions: string[] = []): Promise<BenchProcess> {
+  return startProgram(CLI, args, env, nodeOptions)
+}
+
+/**
+ * Runs a TypeScript program (`script`, a path) under tsx as its own process, until it prints
+ * `listening on http://…` (the ready line of `oncely serve`).
+ */
+export async function startProgram(script: string, args: string[], env: Record<string, string> = {}, nodeOptions: string[] = []): Promise<BenchProcess> {
+  const child: ChildProcessWithoutNullStreams = spawn(process.execPath, [...nodeOptions, '--import', 'tsx', script, ...args], {
     env: { ...process.env, ...env },
     stdio: ['pipe', 'pipe', 'pipe'],
   })
+  // The last 16 KiB only: a service that logs on every request would grow it without bound.
   let output = ''
-  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))
-  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))
+  const keep = (chunk: string) => (output = (output + chunk).slice(-16_384))
+  child.stdout.setEncoding('utf8').on('data', keep)
+  child.stderr.setEncoding('utf8').on('data', keep)
   const exited = new Promise<ChildExit>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })))
-  const url = await waitForReadyLine(child, { output: () => output, exited, timeoutMs: 60_000, describe: () => `oncely ${args.join(' ')}\n${output}` })
+  const url = await waitForReadyLine(child, { output: () => output, exited, timeoutMs: 60_000, describe: () => `${script} ${args.join(' ')}\n${output}` })
   const pid = child.pid ?? 0
   return {
     url,
     pid,
     cpuMs: () => processCpuMs(pid),
+    writes: () => processWrites(pid),
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return
       child.kill('SIGTERM')
@@ -37,13 +53,35 @@ export async function startCli(args: string[], env: Record<string, string> = {},
       await exited
       clearTimeout(timer)
     },
+    async kill() {
+      if (child.exitCode !== null || child.signalCode !== null) return
+      child.kill('SIGKILL')
+      await exited
+    },
   }
 }
 
-/** utime + stime of /proc/<pid>/stat, in clock ticks of 10 ms (USER_HZ is 100 on Linux). */
+/** Clock ticks per second of /proc's CPU times (USER_HZ, `getconf CLK_TCK`): 100 on Linux, read once. */
+const TICKS_PER_SECOND = (() => {
+  try {
+    const ticks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim())
+    return Number.isFinite(ticks) && ticks > 0 ? ticks : 100
+  } catch {
+    return 100
+  }
+})()
+
+/** utime + stime of /proc/<pid>/stat, in milliseconds. */
 export async function processCpuMs(pid: number): Promise<number> {
   const stat = await readFile(`/proc/${pid}/stat`, 'utf8')
   // The command name may hold spaces; the fields after its closing parenthesis are fixed.
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  return (Number(fields[11]) + Number(fields[12])) * 10
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / TICKS_PER_SECOND
+}
+
+/** `syscw` of /proc/<pid>/io: how many write system calls the process has made. */
+export async function processWrites(pid: number): Promise<number> {
+  const io = await readFile(`/proc/${pid}/io`, 'utf8')
+  const match = /^syscw: (\d+)$/m.exec(io)
+  return match?.[1] === undefined ? Number.NaN : Number(match[1])
 }

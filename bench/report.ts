@@ -28,11 +28,11 @@ export function figure(input: Omit<Figure, 'ratio' | 'value'> & { value?: number
   return { ...input, value, ratio: value / input.baseline.value }
 }
 
-/** "meets" or "below target": reported, never failed on (the benchmark asserts nothing). */
+/** "met" or "not met": reported, never failed on (the benchmark asserts nothing). */
 export function verdict(f: Figure): string {
   if (!f.target) return '—'
   const ok = f.target.compare === '>=' ? f.ratio >= f.target.ratio : f.ratio <= f.target.ratio
-  return `${f.target.compare} ${f.target.ratio}× ${f.target.label ?? ''}`.trim() + (ok ? ': meets' : ': OUT OF REACH this run')
+  return `${f.target.compare} ${f.target.ratio}× ${f.target.label ?? ''}`.trim() + (ok ? ': met' : ': not met this run')
 }
 
 export function formatNumber(value: number): string {

@@ -3,8 +3,9 @@
  * (docs/conventions.md, Tests), each beside its target from issue 11. Not a test: it prints and writes
  * bench/results/<time>.json, and never fails on a target.
  *
- *   npm run bench                          library, round trips and HTTP (a few minutes)
- *   npm run bench -- --only http           one part (library, round-trips, http, relay, scale)
+ *   npm run bench                          library, round trips, HTTP, relay and peers (a quarter of an hour)
+ *   npm run bench -- --quick               the peers only, 2 rounds of 2 s (under about 2 minutes)
+ *   npm run bench -- --only http           one part (library, round-trips, http, relay, peers, scale)
  *   npm run bench -- --redis               HTTP also with REDIS_URL (default redis://127.0.0.1:6379)
  *   npm run bench -- --scale               10 M rows and the sweeper under load (long, gigabytes)
  *   npm run bench -- --only scale --scale --rows 200000   the same on fewer rows (a quick check)
@@ -18,30 +19,35 @@ import { parseArgs } from 'node:util'
 import { openBenchDatabase } from './database.js'
 import { httpBench } from './http.js'
 import { libraryBench } from './library.js'
+import { findRedis, peersBench } from './peers.js'
 import { describeMachine, table, writeResults, type Figure } from './report.js'
 import { roundTripBench } from './round-trips.js'
 import { scaleBench } from './scale.js'
 
-const PARTS = ['library', 'round-trips', 'http', 'relay', 'scale'] as const
+const PARTS = ['library', 'round-trips', 'http', 'relay', 'peers', 'scale'] as const
 
 const { values } = parseArgs({
   options: {
     only: { type: 'string' },
     scale: { type: 'boolean', default: false },
+    quick: { type: 'boolean', default: false },
     redis: { type: 'boolean', default: false },
     'redis-url': { type: 'string' },
-    seconds: { type: 'string', default: '5' },
-    rounds: { type: 'string', default: '5' },
+    seconds: { type: 'string' },
+    rounds: { type: 'string' },
     connections: { type: 'string', default: '32' },
-    iterations: { type: 'string', default: '500' },
+    iterations: { type: 'string' },
     rows: { type: 'string', default: '10000000' },
   },
 })
 
-const only = values.only?.split(',') ?? ['library', 'round-trips', 'http', 'relay', ...(values.scale ? ['scale'] : [])]
+// --quick: short runs, for development; its ratios are rougher, never a result to quote.
+const quick = values.quick
+const only = values.only?.split(',') ?? (quick ? ['peers'] : ['library', 'round-trips', 'http', 'relay', 'peers', ...(values.scale ? ['scale'] : [])])
 for (const part of only) if (!(PARTS as readonly string[]).includes(part)) throw new Error(`--only: unknown part ${part}; one of ${PARTS.join(', ')}`)
-const seconds = Number(values.seconds)
-const rounds = Number(values.rounds)
+const seconds = Number(values.seconds ?? (quick ? 2 : 5))
+const rounds = Number(values.rounds ?? (quick ? 2 : 5))
+const iterations = Number(values.iterations ?? (quick ? 100 : 500))
 const connections = Number(values.connections)
 const redisUrl = values['redis-url'] ?? (values.redis ? (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379') : undefined)
 
@@ -63,7 +69,7 @@ try {
     print(`library level: ${connections} concurrent loops on one pool of ${connections}, ${rounds} interleaved runs of ${seconds} s`, await libraryBench(database.url, { concurrency: connections, seconds, rounds: Math.max(3, Math.ceil(rounds / 2)) }), ['baseline runs'])
   }
   if (only.includes('round-trips')) {
-    print(`round trips per outcome (${values.iterations} sequential iterations)`, await roundTripBench(database.url, { iterations: Number(values.iterations) }), ['statements', 'round trips', 'budget', 'within budget', 'sequence'])
+    print(`round trips per outcome (${iterations} sequential iterations)`, await roundTripBench(database.url, { iterations }), ['statements', 'round trips', 'budget', 'within budget', 'sequence'])
   }
   if (only.includes('http')) {
     const figures = await httpBench(database.url, { seconds, rounds, connections, redisUrl, nodeOptions: [] })
@@ -77,6 +83,12 @@ try {
     // alone, and NOTIFY's cost on commits. Its own script, so it runs on its own too.
     process.stdout.write('\n### outbox relay (bench/relay.ts)\n\n')
     execFileSync(process.execPath, ['--import', 'tsx', 'bench/relay.ts'], { stdio: 'inherit', env: { ...process.env, DATABASE_URL: database.url } })
+  }
+  if (only.includes('peers')) {
+    const peers = await peersBench(database.url, { seconds, rounds, connections, warmupSeconds: quick ? 0.5 : 2, redisUrl: await findRedis(values['redis-url']) })
+    for (const note of peers.notes) process.stdout.write(`\nnote: ${note}\n`)
+    print(`peers: every cell beside plain Express 5's fresh charges (${rounds} interleaved runs of ${seconds} s each, median and min–max)`, peers.cells, Object.keys(peers.cells[0]?.extra ?? {}))
+    print('peers: the targets of issue 21 (one interleaved run; met or not, never failed on)', peers.targets)
   }
   if (only.includes('scale')) {
     const scale = await scaleBench(database.url, { rows: Number(values.rows), connections: 8, seconds, rounds })

@@ -1,0 +1,170 @@
+import { fileURLToPath } from 'node:url'
+import { interleaved } from './closed-loop.js'
+import { backendsCpu, BODY, createHolds, deleteRedisEntries, expectStatus, HOLD_MS, loadRun, OTHER_BODY, type LoadRun } from './http-load.js'
+import { startCli, startProgram, type BenchProcess } from './processes.js'
+import { peerFigures, type PeerCell } from './peers-report.js'
+import type { Figure } from './report.js'
+
+const EXPRESS_APP = fileURLToPath(new URL('./baselines/express-app.ts', import.meta.url))
+// Schemas of the run's own (in a database of its own): its Redis entries are deleted by namespace.
+const SERVICE_SCHEMA = `bench_peers_${process.pid}`
+const EXPRESS_SCHEMA = `bench_peers_express_${process.pid}`
+const PEER_PREFIX = `bench-peer-${process.pid}`
+
+export type Cell = 'fresh' | 'replay' | 'conflict' | 'mismatch'
+const EXPECTED: Record<Cell, number> = { fresh: 201, replay: 201, conflict: 409, mismatch: 422 }
+
+/** One process measured, on one route, in the cells it answers. */
+interface Target {
+  name: string
+  process: BenchProcess
+  path: string
+  cells: readonly Cell[]
+  /** Where a held request keeps a key in flight for this target's 409s, and the schema it claims in. */
+  holder?: { url: string; schema: string }
+}
+
+export interface PeersOptions {
+  seconds: number
+  rounds: number
+  connections: number
+  /** Seconds of the untimed warm-up run of each cell. */
+  warmupSeconds: number
+  /** The reference service is also measured with this `REDIS_URL` (its cache in front of PostgreSQL). */
+  redisUrl: string | undefined
+}
+
+export interface PeersResult {
+  cells: Figure[]
+  targets: Figure[]
+  notes: string[]
+}
+
+/**
+ * The peers' shape (issue 21): the reference service (atomic-phases, with the Redis cache, and
+ * `IDEMPOTENCY_STRATEGY=none`), the same charge route on plain Express 5 with no idempotency and
+ * behind `oncely/express`, the same route behind a Redis library (`@node-idempotency/core`, when
+ * a Redis answers), and a minimal route with and without the guard; each cell (fresh,
+ * replay, 409, 422) of every target interleaved with the others, round by round, so drift in
+ * the machine's load falls on all alike. CPU and write syscalls are the target process's own,
+ * from /proc; PostgreSQL's CPU is its backends' for the run's database.
+ */
+export async function peersBench(databaseUrl: string, options: PeersOptions): Promise<PeersResult> {
+  const started: BenchProcess[] = []
+  // Every start, settled or not: one that fails must not leave the others running past the finally.
+  const starting: Array<Promise<unknown>> = []
+  const start = (promise: Promise<BenchProcess>) => {
+    const process = promise.then((p) => {
+      started.push(p)
+      return p
+    })
+    starting.push(process.catch(() => undefined))
+    return process
+  }
+  const notes: string[] = []
+  // On stderr: a quiet minute is hard to tell from a hang.
+  const began = performance.now()
+  const progress = (what: string) => process.stderr.write(`peers: ${what} (${((performance.now() - began) / 1000).toFixed(0)} s)\n`)
+  const databaseCpu = backendsCpu(databaseUrl)
+  const holds = createHolds(databaseUrl)
+  let holdingProviderUrl: string | undefined
+  try {
+    const [provider, holdingProvider] = await Promise.all([
+      start(startCli(['provider', '--port', '0', '--latency-ms', '0'])),
+      start(startCli(['provider', '--port', '0', '--latency-ms', String(HOLD_MS)])),
+    ])
+    holdingProviderUrl = holdingProvider.url
+    const serve = (strategy: string, providerUrl: string, env: Record<string, string> = {}) =>
+      start(startCli(['serve', '--port', '0', '--database-url', databaseUrl, '--schema', SERVICE_SCHEMA, '--provider-url', providerUrl, '--strategy', strategy], env))
+    type Guard = 'none' | 'oncely' | 'redis peer'
+    const guards: Record<Guard, string[]> = {
+      none: [],
+      oncely: ['--oncely', '--database-url', databaseUrl, '--schema', EXPRESS_SCHEMA],
+      'redis peer': ['--redis-peer', options.redisUrl ?? '', '--redis-prefix', PEER_PREFIX],
+    }
+    const express = (providerUrl: string, guard: Guard, timeoutMs = 10_000) =>
+      start(startProgram(EXPRESS_APP, ['--port', '0', '--provider-url', providerUrl, '--provider-timeout-ms', String(timeoutMs), ...guards[guard]]))
+    // All at once: migrations that share a schema wait for each other under its lock.
+    const [service, none, serviceHolder, redis, peer, plain, guarded, guardedHolder] = await Promise.all([
+      serve('atomic-phases', provider.url),
+      serve('none', provider.url),
+      // Its provider never answers (and it waits as long): its claims stay in flight.
+      serve('atomic-phases', holdingProvider.url, { PROVIDER_LATENCY_MS: String(HOLD_MS) }),
+      options.redisUrl === undefined ? undefined : serve('atomic-phases', provider.url, { REDIS_URL: options.redisUrl }),
+      options.redisUrl === undefined ? undefined : express(provider.url, 'redis peer'),
+      express(provider.url, 'none'),
+      express(provider.url, 'oncely'),
+      express(holdingProvider.url, 'oncely', HOLD_MS),
+    ])
+    if (!redis) notes.push('no Redis (--redis-url, REDIS_URL or redis://127.0.0.1:6379 did not answer): the Redis cells, the Redis peer and the replay targets are left out')
+
+    const all = ['fresh', 'replay', 'conflict', 'mismatch'] as const
+    const serviceHolds = { url: `${serviceHolder.url}/v1/charges`, schema: SERVICE_SCHEMA }
+    const targets: Target[] = [
+      { name: 'express', process: plain, path: '/v1/charges', cells: ['fresh'] },
+      { name: 'service none', process: none, path: '/v1/charges', cells: ['fresh'] },
+      { name: 'service', process: service, path: '/v1/charges', cells: all, holder: serviceHolds },
+      ...(redis ? [{ name: 'service + redis', process: redis, path: '/v1/charges', cells: all, holder: serviceHolds }] : []),
+      { name: 'express + oncely', process: guarded, path: '/v1/charges', cells: all, holder: { url: `${guardedHolder.url}/v1/charges`, schema: EXPRESS_SCHEMA } },
+      ...(peer ? [{ name: 'redis peer', process: peer, path: '/v1/charges', cells: ['fresh', 'replay'] as const }] : []),
+      { name: 'minimal', process: plain, path: '/v1/minimal', cells: ['fresh'] },
+      { name: 'minimal + oncely', process: guarded, path: '/v1/minimal', cells: ['fresh'] },
+    ]
+    // The keys every replay and 422 is sent with: completed once, before any run.
+    for (const target of targets) {
+      if (target.cells.includes('replay')) await expectStatus(`${target.process.url}${target.path}`, 'bench-peers-done', 201)
+    }
+    const cells = targets.flatMap((target) => target.cells.map((cell) => ({ target, cell, name: `${target.name} ${cell}` })))
+    const prepare = async ({ target, cell }: (typeof cells)[number]): Promise<{ key: string | undefined; body: string }> => {
+      if (cell === 'fresh') return { key: undefined, body: BODY }
+      if (cell === 'replay') return { key: 'bench-peers-done', body: BODY }
+      if (cell === 'mismatch') return { key: 'bench-peers-done', body: OTHER_BODY }
+      if (!target.holder) throw new Error(`${target.name}: a 409 cell needs a holder`)
+      return { key: await holds.hold(target.holder.url, target.holder.schema, `${target.process.url}${target.path}`), body: BODY }
+    }
+    const run = async (cell: (typeof cells)[number], seconds: number) => {
+      const request = await prepare(cell)
+      return loadRun({ url: `${cell.target.process.url}${cell.target.path}`, process: cell.target.process, name: cell.name }, { ...request, expected: EXPECTED[cell.cell] }, { seconds, connections: options.connections, databaseCpu })
+    }
+    progress(`${started.length} processes ready, ${cells.length} cells`)
+    if (options.warmupSeconds > 0) for (const cell of cells) await run(cell, options.warmupSeconds)
+    progress('warmed up')
+    const runs = new Map<string, LoadRun[]>(cells.map((c) => [c.name, []]))
+    await interleaved(options.rounds, cells, async (cell, round) => {
+      runs.get(cell.name)?.push(await run(cell, options.seconds))
+      if (cell === cells[round % 2 === 0 ? cells.length - 1 : 0]) progress(`round ${round + 1} of ${options.rounds}`)
+    })
+    const measured: PeerCell[] = cells.map((c) => ({ target: c.target.name, cell: c.cell, runs: runs.get(c.name) ?? [] }))
+    return { ...peerFigures(measured, options.connections), notes }
+  } finally {
+    await Promise.all(starting)
+    await holds.release()
+    await databaseCpu.close()
+    // The never-answering provider first, killed: its graceful stop would wait 10 s on the
+    // requests it holds; then the holders' requests fail at once, and they stop at once too.
+    const holding = started.filter((p) => p.url === holdingProviderUrl)
+    await Promise.all(holding.map((p) => p.kill()))
+    await Promise.all(started.filter((p) => !holding.includes(p)).map((p) => p.stop()))
+    progress('stopped')
+    if (options.redisUrl) {
+      await deleteRedisEntries(options.redisUrl, `oncely:${SERVICE_SCHEMA}:*`)
+      await deleteRedisEntries(options.redisUrl, `${PEER_PREFIX}:*`)
+    }
+  }
+}
+
+/** The Redis to measure the cache with: the one given, or the machine's own if it answers. */
+export async function findRedis(url: string | undefined): Promise<string | undefined> {
+  const candidate = url ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+  const { Redis } = await import('ioredis')
+  const redis = new Redis(candidate, { maxRetriesPerRequest: 0, connectTimeout: 1000, retryStrategy: () => null, lazyConnect: true })
+  redis.on('error', () => undefined)
+  try {
+    await redis.connect()
+    return (await redis.ping()) === 'PONG' ? candidate : undefined
+  } catch {
+    return undefined
+  } finally {
+    redis.disconnect()
+  }
+}
