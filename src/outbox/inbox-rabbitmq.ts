@@ -28,6 +28,13 @@ export interface RabbitMqInboxOptions {
   retryBaseMs?: number
   /** The cap of that delay. (Default: 5000) */
   retryMaxMs?: number
+  /**
+   * Declare the queue with `x-single-active-consumer`: of several instances consuming it, one
+   * receives at a time, so they cannot apply one key's events side by side out of order. A queue
+   * declared before without it cannot gain it (RabbitMQ refuses an inequivalent argument, 406):
+   * pass `false` for such a queue and run one instance, or declare it anew. (Default: true)
+   */
+  singleActiveConsumer?: boolean
   /** Messages in hand at once; they are applied one at a time, in order. (Default: 32) */
   prefetch?: number
   /** Applies one event inside the inbox's transaction; throwing rolls both back and the event is tried again, in hand. */
@@ -57,6 +64,7 @@ export async function consumeRabbitMq(options: RabbitMqInboxOptions): Promise<{ 
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
   if (typeof options.queue !== 'string' || options.queue.length === 0) throw invalid('queue', 'must be a non-empty string', options.queue)
   if (typeof options.handler !== 'function') throw invalid('handler', 'must be a function', options.handler)
+  if (options.singleActiveConsumer !== undefined && typeof options.singleActiveConsumer !== 'boolean') throw invalid('singleActiveConsumer', 'must be a boolean', options.singleActiveConsumer)
   const exchange = options.exchange ?? 'oncely.events'
   const deliveryLimit = positiveInteger('deliveryLimit', options.deliveryLimit ?? 5)
   const prefetch = positiveInteger('prefetch', options.prefetch ?? 32)
@@ -71,7 +79,12 @@ export async function consumeRabbitMq(options: RabbitMqInboxOptions): Promise<{ 
   await channel.bindQueue(dead, dead, '')
   await channel.assertQueue(options.queue, {
     durable: true,
-    arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': deliveryLimit, 'x-dead-letter-exchange': dead },
+    arguments: {
+      'x-queue-type': 'quorum',
+      'x-delivery-limit': deliveryLimit,
+      'x-dead-letter-exchange': dead,
+      ...(options.singleActiveConsumer === false ? {} : { 'x-single-active-consumer': true }),
+    },
   })
   for (const key of options.bindingKeys ?? ['#']) await channel.bindQueue(options.queue, exchange, key)
   await channel.prefetch(prefetch)

@@ -54,15 +54,15 @@ export async function defineInboxOrder(broker: Broker): Promise<void> {
     const type = `${tag}.happened`
     const name = `oncely_test_${tag}`
     const cleanups: (() => Promise<void>)[] = []
-    const start = async (handler: Handler): Promise<Instance> => {
+    const start = async (handler: Handler, attempts = 5): Promise<Instance> => {
       if (broker === 'nats') {
         const connection: NatsConnection = await natsConnect({ servers: url })
-        const running = await consumeJetStream({ pool: db.pool, schema: db.schema, connection, consumer: name, filterSubject: `oncely.events.${type}`, ackWaitMs: 2000, handler, log: () => undefined })
+        const running = await consumeJetStream({ pool: db.pool, schema: db.schema, connection, consumer: name, filterSubject: `oncely.events.${type}`, ackWaitMs: 2000, maxDeliver: attempts, handler, log: () => undefined })
         return { stop: async () => (await running.stop(), await connection.close()), drop: () => connection.close() }
       }
       const connection: ChannelModel = await amqp.connect(url)
       connection.on('error', () => undefined)
-      const running = await consumeRabbitMq({ pool: db.pool, schema: db.schema, connection, queue: name, bindingKeys: [type], handler, log: () => undefined })
+      const running = await consumeRabbitMq({ pool: db.pool, schema: db.schema, connection, queue: name, bindingKeys: [type], deliveryLimit: attempts, handler, log: () => undefined })
       return { stop: async () => (await running.stop(), await connection.close()), drop: () => connection.close() }
     }
     let publisher: Publisher
@@ -100,7 +100,16 @@ export async function defineInboxOrder(broker: Broker): Promise<void> {
     const applied = async (key: string) =>
       (await db.pool.query<{ n: number }>('SELECT n FROM applied_order WHERE tag = $1 ORDER BY position', [`${tag}:${key}`])).rows.map((row) => row.n)
     const waitForApplied = (key: string, count: number) => waitUntil(`${count} events of ${key} are applied`, async () => (await applied(key)).length >= count, 60_000)
-    return { start, publish, recording, applied, waitForApplied, cleanup: async () => { for (const cleanup of cleanups.reverse()) await cleanup() } }
+    /** RabbitMQ's dead-letter queue of this consumer: how many it holds. */
+    const deadLetters = async () => {
+      const connection = await amqp.connect(url)
+      try {
+        return (await (await connection.createChannel()).checkQueue(`${name}.dead`)).messageCount
+      } finally {
+        await connection.close()
+      }
+    }
+    return { start, publish, recording, applied, waitForApplied, deadLetters, cleanup: async () => { for (const cleanup of cleanups.reverse()) await cleanup() } }
   }
 
   describe.skipIf(reason !== '')(`the inbox on ${broker} applies one key's events in order${reason ? ` (${reason})` : ''}`, () => {
@@ -148,6 +157,45 @@ export async function defineInboxOrder(broker: Broker): Promise<void> {
         }
       } finally {
         await first.stop().catch(() => undefined)
+        await run.cleanup()
+      }
+    })
+
+    it('a poison event 2 (failing every time): tried maxDeliver times in all, then set aside as before, and 3 follows', { timeout: 90_000 }, async () => {
+      const run = await scenario()
+      let failures = 0
+      const consumer = await run.start(run.recording(({ n }) => {
+        if (n === 2) {
+          failures++
+          throw new Error('a poison event, injected')
+        }
+      }), 3)
+      try {
+        for (const n of [1, 2, 3]) await run.publish('k', n)
+        await run.waitForApplied('k', 2)
+        expect(await run.applied('k')).toEqual([1, 3])
+        expect(failures).toBe(3)
+        if (broker === 'rabbitmq') await waitUntil('event 2 is dead-lettered', async () => (await run.deadLetters()) === 1)
+      } finally {
+        await consumer.stop()
+        await run.cleanup()
+      }
+    })
+
+    it('two instances of one consumer at once, event 2 failing once: applied 1 to 6 in order, each once', { timeout: 90_000 }, async () => {
+      const run = await scenario()
+      let failures = 0
+      const handler = run.recording(({ n }) => {
+        if (n === 2 && failures++ === 0) throw new Error('a transient failure, injected')
+      })
+      const instances = [await run.start(handler), await run.start(handler)]
+      try {
+        for (const n of [1, 2, 3, 4, 5, 6]) await run.publish('k', n)
+        await run.waitForApplied('k', 6)
+        expect(failures).toBe(2)
+        expect(await run.applied('k')).toEqual([1, 2, 3, 4, 5, 6])
+      } finally {
+        for (const instance of instances) await instance.stop()
         await run.cleanup()
       }
     })
