@@ -24,6 +24,12 @@ export interface JetStreamInboxOptions {
    * bound on a poison message. Also the consumer's `max_deliver`. (Default: 5)
    */
   maxDeliver?: number
+  /**
+   * Messages the consumer may have unacknowledged at once (`max_ack_pending`). Above 1 it is
+   * faster, but a message delivered while an earlier one waits out its ack wait (its consumer
+   * gone, or a second instance holding it) is applied first: one key's order is then lost. (Default: 1)
+   */
+  maxAckPending?: number
   /** A failed attempt is retried in hand after this, doubled each time up to `retryMaxMs`, with jitter. (Default: 200) */
   retryBaseMs?: number
   /** The cap of that delay. (Default: 5000) */
@@ -50,7 +56,7 @@ export interface RunningConsumer {
  * Applies each event of a JetStream stream once: the inbox row and the handler's writes commit
  * together, and the message is acknowledged only after that commit, so a crash before the ack
  * redelivers an event the inbox then skips. Messages are handled one at a time, in stream order:
- * the consumer has one unacknowledged message at a time (`max_ack_pending: 1`), and a failed
+ * the consumer has one unacknowledged message at a time (`maxAckPending`), and a failed
  * one is retried in hand (issue 22), so nothing behind it is applied first, even by another
  * instance of the consumer or after a crash.
  *
@@ -71,6 +77,7 @@ export async function consumeJetStream(options: JetStreamInboxOptions): Promise<
   const stream = options.stream ?? 'ONCELY_EVENTS'
   const maxDeliver = positiveInteger('maxDeliver', options.maxDeliver ?? 5)
   const ackWaitMs = positiveInteger('ackWaitMs', options.ackWaitMs ?? 30_000)
+  const maxAckPending = positiveInteger('maxAckPending', options.maxAckPending ?? 1)
   const backoff = { baseMs: positiveInteger('retryBaseMs', options.retryBaseMs ?? 200), maxMs: positiveInteger('retryMaxMs', options.retryMaxMs ?? 5000) }
   const log = options.log ?? ((line: string) => console.warn(line))
   const inbox = createOutbox(options.schema === undefined ? {} : { schema: options.schema })
@@ -83,19 +90,19 @@ export async function consumeJetStream(options: JetStreamInboxOptions): Promise<
     ack_policy: AckPolicy.Explicit,
     max_deliver: maxDeliver,
     ack_wait: nanos(ackWaitMs),
-    // One message out at a time: with more, a message delivered while an earlier one waits for
+    // One message out at a time by default: with more, a message delivered while an earlier one waits for
     // its ack wait to run out (its consumer gone) is applied before that one comes back.
-    max_ack_pending: 1,
+    max_ack_pending: maxAckPending,
     filter_subject: options.filterSubject ?? 'oncely.events.>',
   }
   try {
     await jsm.consumers.add(stream, config)
   } catch {
     // It exists with another configuration: bring it to this one.
-    await jsm.consumers.update(stream, options.consumer, { max_deliver: maxDeliver, ack_wait: nanos(ackWaitMs), max_ack_pending: 1, filter_subject: config.filter_subject })
+    await jsm.consumers.update(stream, options.consumer, { max_deliver: maxDeliver, ack_wait: nanos(ackWaitMs), max_ack_pending: maxAckPending, filter_subject: config.filter_subject })
   }
   const consumer = await jetstream(options.connection).consumers.get(stream, options.consumer)
-  const messages = await consumer.consume({ max_messages: 1 })
+  const messages = await consumer.consume({ max_messages: Math.max(maxAckPending, 64) })
   const stopping = new AbortController()
   const done = (async () => {
     for await (const message of messages) {

@@ -54,15 +54,16 @@ export async function defineInboxOrder(broker: Broker): Promise<void> {
     const type = `${tag}.happened`
     const name = `oncely_test_${tag}`
     const cleanups: (() => Promise<void>)[] = []
-    const start = async (handler: Handler, attempts = 5): Promise<Instance> => {
+    const start = async (handler: Handler, attempts = 5, retryMs?: number): Promise<Instance> => {
+      const retry = retryMs === undefined ? {} : { retryBaseMs: retryMs, retryMaxMs: retryMs }
       if (broker === 'nats') {
         const connection: NatsConnection = await natsConnect({ servers: url })
-        const running = await consumeJetStream({ pool: db.pool, schema: db.schema, connection, consumer: name, filterSubject: `oncely.events.${type}`, ackWaitMs: 2000, maxDeliver: attempts, handler, log: () => undefined })
+        const running = await consumeJetStream({ pool: db.pool, schema: db.schema, connection, consumer: name, filterSubject: `oncely.events.${type}`, ackWaitMs: 2000, maxDeliver: attempts, ...retry, handler, log: () => undefined })
         return { stop: async () => (await running.stop(), await connection.close()), drop: () => connection.close() }
       }
       const connection: ChannelModel = await amqp.connect(url)
       connection.on('error', () => undefined)
-      const running = await consumeRabbitMq({ pool: db.pool, schema: db.schema, connection, queue: name, bindingKeys: [type], deliveryLimit: attempts, handler, log: () => undefined })
+      const running = await consumeRabbitMq({ pool: db.pool, schema: db.schema, connection, queue: name, bindingKeys: [type], deliveryLimit: attempts, ...retry, handler, log: () => undefined })
       return { stop: async () => (await running.stop(), await connection.close()), drop: () => connection.close() }
     }
     let publisher: Publisher
@@ -109,7 +110,16 @@ export async function defineInboxOrder(broker: Broker): Promise<void> {
         await connection.close()
       }
     }
-    return { start, publish, recording, applied, waitForApplied, deadLetters, cleanup: async () => { for (const cleanup of cleanups.reverse()) await cleanup() } }
+    /** JetStream's count of this consumer's deliveries, redeliveries included. */
+    const deliveries = async () => {
+      const connection = await natsConnect({ servers: url })
+      try {
+        return (await (await jetstreamManager(connection)).consumers.info('ONCELY_EVENTS', name)).delivered.consumer_seq
+      } finally {
+        await connection.close()
+      }
+    }
+    return { start, publish, deliveries, recording, applied, waitForApplied, deadLetters, cleanup: async () => { for (const cleanup of cleanups.reverse()) await cleanup() } }
   }
 
   describe.skipIf(reason !== '')(`the inbox on ${broker} applies one key's events in order${reason ? ` (${reason})` : ''}`, () => {
@@ -176,6 +186,27 @@ export async function defineInboxOrder(broker: Broker): Promise<void> {
         expect(await run.applied('k')).toEqual([1, 3])
         expect(failures).toBe(3)
         if (broker === 'rabbitmq') await waitUntil('event 2 is dead-lettered', async () => (await run.deadLetters()) === 1)
+      } finally {
+        await consumer.stop()
+        await run.cleanup()
+      }
+    })
+
+    it.runIf(broker === 'nats')('event 2 held in hand longer than the ack wait is not redelivered meanwhile (working())', { timeout: 90_000 }, async () => {
+      const run = await scenario()
+      let failures = 0
+      // Two retry delays of at least 2 s each (equal jitter: half the cap or more): held over 4 s,
+      // twice the ack wait.
+      const consumer = await run.start(run.recording(({ n }) => {
+        if (n === 2 && failures++ < 2) throw new Error('a transient failure, injected')
+      }), 5, 4000)
+      try {
+        for (const n of [1, 2, 3]) await run.publish('k', n)
+        await run.waitForApplied('k', 3)
+        expect(await run.applied('k')).toEqual([1, 2, 3])
+        expect(failures).toBe(3)
+        // Three deliveries, one each: a redelivery of event 2 would have made it four.
+        expect(await run.deliveries()).toBe(3)
       } finally {
         await consumer.stop()
         await run.cleanup()
