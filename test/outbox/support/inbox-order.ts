@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-node'
-import { jetstreamManager } from '@nats-io/jetstream'
+import { AckPolicy, jetstreamManager } from '@nats-io/jetstream'
 import amqp, { type ChannelModel } from 'amqplib'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { toMessage } from '../../../src/outbox/envelope.js'
@@ -119,7 +119,7 @@ export async function defineInboxOrder(broker: Broker): Promise<void> {
         await connection.close()
       }
     }
-    return { start, publish, deliveries, recording, applied, waitForApplied, deadLetters, cleanup: async () => { for (const cleanup of cleanups.reverse()) await cleanup() } }
+    return { name, type, start, publish, deliveries, recording, applied, waitForApplied, deadLetters, cleanup: async () => { for (const cleanup of cleanups.reverse()) await cleanup() } }
   }
 
   describe.skipIf(reason !== '')(`the inbox on ${broker} applies one key's events in order${reason ? ` (${reason})` : ''}`, () => {
@@ -188,6 +188,23 @@ export async function defineInboxOrder(broker: Broker): Promise<void> {
         if (broker === 'rabbitmq') await waitUntil('event 2 is dead-lettered', async () => (await run.deadLetters()) === 1)
       } finally {
         await consumer.stop()
+        await run.cleanup()
+      }
+    })
+
+    // JetStream only: a durable consumer made before issue 22 (JetStream's max_ack_pending, 1000).
+    if (broker === 'nats') it('an existing durable consumer is brought to one message out at a time', { timeout: 90_000 }, async () => {
+      const run = await scenario()
+      const connection = await natsConnect({ servers: url })
+      try {
+        const jsm = await jetstreamManager(connection)
+        await jsm.consumers.add('ONCELY_EVENTS', { durable_name: run.name, ack_policy: AckPolicy.Explicit, max_deliver: 5, filter_subject: `oncely.events.${run.type}` })
+        expect((await jsm.consumers.info('ONCELY_EVENTS', run.name)).config.max_ack_pending).toBe(1000)
+        const consumer = await run.start(run.recording(() => undefined))
+        await consumer.stop()
+        expect((await jsm.consumers.info('ONCELY_EVENTS', run.name)).config.max_ack_pending).toBe(1)
+      } finally {
+        await connection.close()
         await run.cleanup()
       }
     })
