@@ -1,7 +1,9 @@
 import type { NatsConnection } from '@nats-io/transport-node'
 import { invalid, positiveInteger } from '../option-validation.js'
 import { withTransaction, type PoolLike, type Queryable } from '../store/postgres/executor.js'
+import { retryHorizonMs } from './backoff.js'
 import { parseEnvelope, type EventEnvelope } from './envelope.js'
+import { applyHeld } from './inbox-held.js'
 import { createOutbox } from './outbox.js'
 
 export interface JetStreamInboxOptions {
@@ -17,13 +19,26 @@ export interface JetStreamInboxOptions {
   stream?: string
   /** Subjects this consumer takes (one filter: NATS 2.9 has no `filter_subjects`). (Default: `oncely.events.>`) */
   filterSubject?: string
-  /** Deliveries of one message before JetStream stops redelivering it: the bound on a poison message. (Default: 5) */
+  /**
+   * Attempts at one message, each earlier delivery counting as one, before it is terminated: the
+   * bound on a poison message. Also the consumer's `max_deliver`. (Default: 5)
+   */
   maxDeliver?: number
+  /**
+   * Messages the consumer may have unacknowledged at once (`max_ack_pending`). Above 1 it is
+   * faster, but a message delivered while an earlier one waits out its ack wait (its consumer
+   * gone, or a second instance holding it) is applied first: one key's order is then lost. (Default: 1)
+   */
+  maxAckPending?: number
+  /** A failed attempt is retried in hand after this, doubled each time up to `retryMaxMs`, with jitter. (Default: 200) */
+  retryBaseMs?: number
+  /** The cap of that delay. (Default: 5000) */
+  retryMaxMs?: number
   /** A consumer this helper creates reads the stream from its start (`all`) or only what arrives after it (`new`). (Default: `all`) */
   deliver?: 'all' | 'new'
-  /** A message not acknowledged within this is redelivered. (Default: 30000) */
+  /** A message not acknowledged within this is redelivered; one in hand is kept with `working()` meanwhile. (Default: 30000) */
   ackWaitMs?: number
-  /** Applies one event inside the inbox's transaction; throwing rolls both back and the message is redelivered. */
+  /** Applies one event inside the inbox's transaction; throwing rolls both back and the event is tried again, in hand. */
   handler: (event: EventEnvelope, tx: Queryable) => Promise<void>
   /** Where poison messages and failures are reported. (Default: `console.warn`) */
   log?: (line: string) => void
@@ -40,7 +55,10 @@ export interface RunningConsumer {
 /**
  * Applies each event of a JetStream stream once: the inbox row and the handler's writes commit
  * together, and the message is acknowledged only after that commit, so a crash before the ack
- * redelivers an event the inbox then skips. Messages are handled one at a time, in stream order.
+ * redelivers an event the inbox then skips. Messages are handled one at a time, in stream order:
+ * the consumer has one unacknowledged message at a time (`maxAckPending`), and a failed
+ * one is retried in hand (issue 22), so nothing behind it is applied first, even by another
+ * instance of the consumer or after a crash.
  *
  * @example
  * ```ts
@@ -59,6 +77,8 @@ export async function consumeJetStream(options: JetStreamInboxOptions): Promise<
   const stream = options.stream ?? 'ONCELY_EVENTS'
   const maxDeliver = positiveInteger('maxDeliver', options.maxDeliver ?? 5)
   const ackWaitMs = positiveInteger('ackWaitMs', options.ackWaitMs ?? 30_000)
+  const maxAckPending = positiveInteger('maxAckPending', options.maxAckPending ?? 1)
+  const backoff = { baseMs: positiveInteger('retryBaseMs', options.retryBaseMs ?? 200), maxMs: positiveInteger('retryMaxMs', options.retryMaxMs ?? 5000) }
   const log = options.log ?? ((line: string) => console.warn(line))
   const inbox = createOutbox(options.schema === undefined ? {} : { schema: options.schema })
   const { jetstream, jetstreamManager, AckPolicy, DeliverPolicy } = await import('@nats-io/jetstream')
@@ -67,40 +87,64 @@ export async function consumeJetStream(options: JetStreamInboxOptions): Promise<
   const config = {
     durable_name: options.consumer,
     deliver_policy: options.deliver === 'new' ? DeliverPolicy.New : DeliverPolicy.All,
-    ack_policy: AckPolicy.Explicit,     max_deliver: maxDeliver,
+    ack_policy: AckPolicy.Explicit,
+    max_deliver: maxDeliver,
     ack_wait: nanos(ackWaitMs),
+    // One message out at a time by default: with more, a message delivered while an earlier one waits for
+    // its ack wait to run out (its consumer gone) is applied before that one comes back.
+    max_ack_pending: maxAckPending,
     filter_subject: options.filterSubject ?? 'oncely.events.>',
   }
   try {
     await jsm.consumers.add(stream, config)
   } catch {
     // It exists with another configuration: bring it to this one.
-    await jsm.consumers.update(stream, options.consumer, { max_deliver: maxDeliver, ack_wait: nanos(ackWaitMs), filter_subject: config.filter_subject })
+    await jsm.consumers.update(stream, options.consumer, { max_deliver: maxDeliver, ack_wait: nanos(ackWaitMs), max_ack_pending: maxAckPending, filter_subject: config.filter_subject })
   }
   const consumer = await jetstream(options.connection).consumers.get(stream, options.consumer)
-  const messages = await consumer.consume({ max_messages: 64 })
+  const messages = await consumer.consume({ max_messages: Math.max(maxAckPending, 64) })
+  const stopping = new AbortController()
   const done = (async () => {
     for await (const message of messages) {
+      if (stopping.signal.aborted || options.connection.isClosed()) break
       const event = parseEnvelope(message.data)
       if (!event) {
         log(`oncely inbox ${options.consumer}: message ${message.seq} is not an event envelope; terminated`)
         message.term()
         continue
       }
+      // In hand until settled: JetStream is told it is being worked on, so it does not redeliver it.
+      const keepAlive = setInterval(() => message.working(), Math.max(1, Math.floor(ackWaitMs / 3)))
       try {
-        await withTransaction(options.pool, (tx) => inbox.consume(tx, { consumer: options.consumer, eventId: event.id }, (inTx) => options.handler(event, inTx)))
+        const outcome = await applyHeld(
+          () => withTransaction(options.pool, (tx) => inbox.consume(tx, { consumer: options.consumer, eventId: event.id }, (inTx) => options.handler(event, inTx))).then(() => undefined),
+          {
+            earlierDeliveries: message.info.deliveryCount - 1,
+            maxAttempts: maxDeliver,
+            backoff,
+            signal: stopping.signal,
+            void: () => options.connection.isClosed(),
+            onFailure: (attempt, last, error) =>
+              log(`oncely inbox ${options.consumer}: event ${event.id} failed (attempt ${attempt} of ${maxDeliver}${last ? ', the last: terminated' : ''}): ${(error as Error).message}`),
+          },
+        )
         // Acknowledged after the commit: a lost ack only redelivers what the inbox now skips.
-        message.ack()
-      } catch (error) {
-        const last = message.info.deliveryCount >= maxDeliver
-        log(`oncely inbox ${options.consumer}: event ${event.id} failed (delivery ${message.info.deliveryCount} of ${maxDeliver}${last ? ', the last' : ''}): ${(error as Error).message}`)
-        message.nak(Math.min(ackWaitMs, 1000 * message.info.deliveryCount))
+        if (outcome === 'applied') message.ack()
+        else if (outcome === 'exhausted') message.term()
+        else if (!options.connection.isClosed()) message.nak()
+      } finally {
+        clearInterval(keepAlive)
       }
     }
-  })()
+  })().catch((error: unknown) => {
+    // The connection closed under the consumer: what it held is redelivered to the next one.
+    log(`oncely inbox ${options.consumer}: stopped: ${(error as Error).message}`)
+  })
   return {
-    redeliveryHorizonMs: ackWaitMs * maxDeliver,
+    // Each delivery may be held through every retry delay, then wait out the ack wait.
+    redeliveryHorizonMs: retryHorizonMs(backoff, maxDeliver, ackWaitMs) * maxDeliver,
     async stop() {
+      stopping.abort()
       await messages.close()
       await done
     },

@@ -3,6 +3,7 @@ import { invalid, positiveInteger } from '../option-validation.js'
 import { withTransaction, type PoolLike, type Queryable } from '../store/postgres/executor.js'
 import { bind } from '../store/postgres/statements-outbox.js'
 import { parseEnvelope, type EventEnvelope } from './envelope.js'
+import { applyHeld } from './inbox-held.js'
 import { createOutbox } from './outbox.js'
 
 export interface RabbitMqInboxOptions {
@@ -18,11 +19,25 @@ export interface RabbitMqInboxOptions {
   exchange?: string
   /** Routing keys bound to the queue. (Default: `['#']`, every event) */
   bindingKeys?: string[]
-  /** Deliveries of one message before it goes to `<queue>.dead` (quorum `x-delivery-limit`): the bound on a poison message. (Default: 5) */
+  /**
+   * Attempts at one message, each earlier delivery counting as one, before it goes to
+   * `<queue>.dead`: the bound on a poison message. Also the quorum queue's `x-delivery-limit`. (Default: 5)
+   */
   deliveryLimit?: number
+  /** A failed attempt is retried in hand after this, doubled each time up to `retryMaxMs`, with jitter. (Default: 200) */
+  retryBaseMs?: number
+  /** The cap of that delay. (Default: 5000) */
+  retryMaxMs?: number
+  /**
+   * Declare the queue with `x-single-active-consumer`: of several instances consuming it, one
+   * receives at a time, so they cannot apply one key's events side by side out of order. A queue
+   * declared before without it cannot gain it (RabbitMQ refuses an inequivalent argument, 406):
+   * pass `false` for such a queue and run one instance, or declare it anew. (Default: true)
+   */
+  singleActiveConsumer?: boolean
   /** Messages in hand at once; they are applied one at a time, in order. (Default: 32) */
   prefetch?: number
-  /** Applies one event inside the inbox's transaction; throwing rolls both back and the message is redelivered. */
+  /** Applies one event inside the inbox's transaction; throwing rolls both back and the event is tried again, in hand. */
   handler: (event: EventEnvelope, tx: Queryable) => Promise<void>
   /** Where poison messages and failures are reported. (Default: `console.warn`) */
   log?: (line: string) => void
@@ -30,9 +45,10 @@ export interface RabbitMqInboxOptions {
 
 /**
  * Applies each event of a RabbitMQ queue once: the inbox row and the handler's writes commit
- * together and the message is acknowledged after that commit. A message that keeps failing is
- * dead-lettered to `<queue>.dead` after `deliveryLimit` deliveries; one that is not an event
- * goes there at once.
+ * together and the message is acknowledged after that commit. Messages are applied one at a
+ * time in delivery order, and a failed one is retried in hand, never requeued behind the ones
+ * prefetched after it (issue 22). A message that keeps failing is dead-lettered to
+ * `<queue>.dead` after `deliveryLimit` attempts; one that is not an event goes there at once.
  *
  * @example
  * ```ts
@@ -48,9 +64,11 @@ export async function consumeRabbitMq(options: RabbitMqInboxOptions): Promise<{ 
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
   if (typeof options.queue !== 'string' || options.queue.length === 0) throw invalid('queue', 'must be a non-empty string', options.queue)
   if (typeof options.handler !== 'function') throw invalid('handler', 'must be a function', options.handler)
+  if (options.singleActiveConsumer !== undefined && typeof options.singleActiveConsumer !== 'boolean') throw invalid('singleActiveConsumer', 'must be a boolean', options.singleActiveConsumer)
   const exchange = options.exchange ?? 'oncely.events'
   const deliveryLimit = positiveInteger('deliveryLimit', options.deliveryLimit ?? 5)
   const prefetch = positiveInteger('prefetch', options.prefetch ?? 32)
+  const backoff = { baseMs: positiveInteger('retryBaseMs', options.retryBaseMs ?? 200), maxMs: positiveInteger('retryMaxMs', options.retryMaxMs ?? 5000) }
   const log = options.log ?? ((line: string) => console.warn(line))
   const inbox = createOutbox(options.schema === undefined ? {} : { schema: options.schema })
   const channel: Channel = await options.connection.createChannel()
@@ -61,37 +79,65 @@ export async function consumeRabbitMq(options: RabbitMqInboxOptions): Promise<{ 
   await channel.bindQueue(dead, dead, '')
   await channel.assertQueue(options.queue, {
     durable: true,
-    arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': deliveryLimit, 'x-dead-letter-exchange': dead },
+    arguments: {
+      'x-queue-type': 'quorum',
+      'x-delivery-limit': deliveryLimit,
+      'x-dead-letter-exchange': dead,
+      ...(options.singleActiveConsumer === false ? {} : { 'x-single-active-consumer': true }),
+    },
   })
   for (const key of options.bindingKeys ?? ['#']) await channel.bindQueue(options.queue, exchange, key)
   await channel.prefetch(prefetch)
+  // Once the channel is gone, its deliveries are void: the broker gives them to the next consumer.
+  let closed = false
+  channel.on('close', () => (closed = true))
+  channel.on('error', () => undefined)
+  const stopping = new AbortController()
   // One at a time, in delivery order: the callback is not awaited by amqplib.
   let chain = Promise.resolve()
   const handle = async (message: ConsumeMessage) => {
+    if (closed || stopping.signal.aborted) return
     const event = parseEnvelope(message.content)
     if (!event) {
       log(`oncely inbox ${options.queue}: a message that is not an event envelope was dead-lettered`)
       channel.nack(message, false, false)
       return
     }
-    try {
-      await withTransaction(options.pool, (tx) => inbox.consume(tx, { consumer: options.queue, eventId: event.id }, (inTx) => options.handler(event, inTx)))
-      channel.ack(message)
-    } catch (error) {
-      log(`oncely inbox ${options.queue}: event ${event.id} failed, redelivered up to ${deliveryLimit} times: ${(error as Error).message}`)
-      channel.nack(message, false, true)
-    }
+    const outcome = await applyHeld(
+      () => withTransaction(options.pool, (tx) => inbox.consume(tx, { consumer: options.queue, eventId: event.id }, (inTx) => options.handler(event, inTx))).then(() => undefined),
+      {
+        earlierDeliveries: earlierDeliveries(message),
+        maxAttempts: deliveryLimit,
+        backoff,
+        signal: stopping.signal,
+        void: () => closed,
+        onFailure: (attempt, last, error) =>
+          log(`oncely inbox ${options.queue}: event ${event.id} failed (attempt ${attempt} of ${deliveryLimit}${last ? ', the last: dead-lettered' : ''}): ${(error as Error).message}`),
+      },
+    )
+    if (closed) return
+    if (outcome === 'applied') channel.ack(message)
+    else if (outcome === 'exhausted') channel.nack(message, false, false)
+    // Abandoned on stop: left unacknowledged, returned to the queue in order when the channel closes.
   }
   const { consumerTag } = await channel.consume(options.queue, (message) => {
     if (message) chain = chain.then(() => handle(message)).catch(() => undefined)
   })
   return {
     async stop() {
+      stopping.abort()
       await channel.cancel(consumerTag).catch(() => undefined)
       await chain
       await channel.close().catch(() => undefined)
     },
   }
+}
+
+/** Deliveries before this one: the quorum queue's count, or one when only `redelivered` says so. */
+function earlierDeliveries(message: ConsumeMessage): number {
+  const count = (message.properties.headers as Record<string, unknown> | undefined)?.['x-delivery-count']
+  if (typeof count === 'number' && Number.isSafeInteger(count) && count >= 0) return count
+  return message.fields.redelivered ? 1 : 0
 }
 
 /**

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createOutbox, listEvents, outboxBacklog, pruneSentEvents, retryDeadEvents } from '../../src/outbox/index.js'
+import { createOutbox, listEvents, outboxBacklog, pruneInbox, pruneSentEvents, retryDeadEvents } from '../../src/outbox/index.js'
 import { migrate, withTransaction } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 
@@ -52,7 +52,7 @@ describe('retryDeadEvents', () => {
   it('re-queues the dead events named, with a fresh attempt count; an id that is not dead is not re-queued', async () => {
     const schema = await schemaNamed('admin retry one')
     const { ids, table } = await eventsIn(schema, { pending: 1, dead: 2 })
-    expect(await retryDeadEvents({ pool: db.pool, schema, ids: [ids.dead[0]!, ids.pending[0]!] })).toEqual([ids.dead[0]])
+    expect(await retryDeadEvents({ pool: db.pool, schema, ids: [ids.dead[0]!, ids.pending[0]!], inboxRetentionMs: 3_600_000 })).toEqual({ requeued: [ids.dead[0]], refused: [] })
     const { rows } = await db.pool.query<{ id: string; status: string; attempts: number; last_error: string | null }>(`SELECT id::text, status, attempts, last_error FROM ${table} ORDER BY seq`)
     expect(rows).toEqual([
       { id: ids.pending[0], status: 'pending', attempts: 0, last_error: null },
@@ -65,8 +65,34 @@ describe('retryDeadEvents', () => {
   it("'all' re-queues every dead event and only those", async () => {
     const schema = await schemaNamed('admin retry all')
     const { ids } = await eventsIn(schema, { pending: 1, dead: 3, sent: 1 })
-    expect((await retryDeadEvents({ pool: db.pool, schema, ids: 'all' })).sort()).toEqual([...ids.dead].sort())
+    const { requeued, refused } = await retryDeadEvents({ pool: db.pool, schema, ids: 'all', inboxRetentionMs: 3_600_000 })
+    expect(requeued.sort()).toEqual([...ids.dead].sort())
+    expect(refused).toEqual([])
     expect(await outboxBacklog({ pool: db.pool, schema })).toMatchObject({ pending: 4, dead: 0 })
+  })
+})
+
+describe('retryDeadEvents after the inbox was pruned (issue 22)', () => {
+  it('refuses a dead event older than inboxRetentionMs: a consumer applied it and its inbox row is gone, so it would be applied twice', async () => {
+    const schema = await schemaNamed('admin retry pruned')
+    const { ids, table } = await eventsIn(schema, { dead: 3 })
+    const [old, young, known] = ids.dead as [string, string, string]
+    // Two dead for two hours: their publish was confirmed too late, but a consumer applied them.
+    await db.pool.query(`UPDATE ${table} SET created_at = now() - interval '2 hours' WHERE id = ANY($1::uuid[])`, [[old, known]])
+    const inbox = createOutbox({ schema })
+    const apply = (eventId: string) => withTransaction(db.pool, (tx) => inbox.consume(tx, { consumer: 'billing', eventId }, () => 'applied'))
+    expect(await apply(old)).toEqual({ applied: true, value: 'applied' })
+    await db.pool.query(`UPDATE "${schema.replaceAll('"', '""')}".inbox SET processed_at = now() - interval '90 minutes'`)
+    expect(await pruneInbox({ pool: db.pool, schema, olderThanMs: 3_600_000, redeliveryHorizonMs: 0 })).toBe(1)
+    // The row that remembered it is gone: delivered again, the event would be applied again.
+    expect((await db.pool.query(`SELECT 1 FROM "${schema.replaceAll('"', '""')}".inbox`)).rowCount).toBe(0)
+
+    expect(await retryDeadEvents({ pool: db.pool, schema, ids: [old, young], inboxRetentionMs: 3_600_000 })).toEqual({ requeued: [young], refused: [old] })
+    expect((await listEvents({ pool: db.pool, schema, status: 'dead' })).map((event) => event.id)).toEqual([old, known])
+    expect(await retryDeadEvents({ pool: db.pool, schema, ids: 'all', inboxRetentionMs: 3_600_000 })).toEqual({ requeued: [], refused: [old, known] })
+    await expect(retryDeadEvents({ pool: db.pool, schema, ids: 'all' })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION' })
+    expect(await retryDeadEvents({ pool: db.pool, schema, ids: [known], force: true })).toEqual({ requeued: [known], refused: [] })
+    expect((await listEvents({ pool: db.pool, schema, status: 'dead' })).map((event) => event.id)).toEqual([old])
   })
 })
 

@@ -49,8 +49,16 @@ describe('publish failures', () => {
     const listed = await runCli(['outbox', 'list', '--dead'], env)
     expect(listed.stdout).toContain(id)
     expect(listed.stdout).toContain(`refused ${id!}`)
-    expect((await runCli(['outbox', 'retry', '00000000-0000-7000-8000-000000000000'], env)).code).toBe(1)
-    const retried = await runCli(['outbox', 'retry', id!], env)
+    const hour = ['--inbox-retention-ms', '3600000']
+    expect((await runCli(['outbox', 'retry', '00000000-0000-7000-8000-000000000000', ...hour], env)).code).toBe(1)
+    // Issue 22: the inbox retention is stated, or --force; one older than it is refused.
+    expect((await runCli(['outbox', 'retry', id!], env)).code).toBe(2)
+    await db.pool.query(`UPDATE ${table()} SET created_at = now() - interval '2 hours' WHERE id = $1`, [id])
+    const refused = await runCli(['outbox', 'retry', id!, ...hour], env)
+    expect(refused).toMatchObject({ code: 1, stdout: '' })
+    expect(refused.stderr).toContain(`${id!} is older than --inbox-retention-ms`)
+    expect((await listEvents({ pool: db.pool, schema: db.schema, status: 'dead' })).map((event) => event.id)).toEqual([id])
+    const retried = await runCli(['outbox', 'retry', id!, '--force'], env)
     expect(retried).toMatchObject({ code: 0, stdout: `re-queued ${id!}\n` })
     publisher.failIds.delete(id!)
     expect(await relay.runOnce()).toMatchObject({ published: 1 })

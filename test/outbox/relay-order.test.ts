@@ -85,7 +85,7 @@ describe('two relays, 10 keys × 50 events, across a dead letter and its re-queu
       await publisher.waitFor(500 - 40)
       expect(publisher.messages.filter((m) => m.key === 'cus_3').map((m) => (payloadOf(m.body) as { n: number }).n)).toEqual([...Array(10).keys()])
       publisher.failIds.delete(poisoned)
-      expect(await retryDeadEvents({ pool: db.pool, schema: db.schema, ids: [poisoned] })).toEqual([poisoned])
+      expect(await retryDeadEvents({ pool: db.pool, schema: db.schema, ids: [poisoned], inboxRetentionMs: 3_600_000 })).toEqual({ requeued: [poisoned], refused: [] })
       await publisher.waitFor(500)
     } finally {
       await Promise.all(relays.map((relay) => relay.stop()))

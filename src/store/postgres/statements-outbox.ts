@@ -55,6 +55,7 @@ export interface OutboxStatements {
   listByStatus: Statement
   retryDead: Statement
   retryAllDead: Statement
+  deadBefore: Statement
   pruneSent: Statement
   backlog: Statement
   inboxInsert: Statement
@@ -194,20 +195,30 @@ export function buildOutboxStatements(schema: string, namePrefix: string | undef
       `SELECT id::text, seq::text, type, ordering_key, status, attempts, last_error, occurred_at, available_at
          FROM ${outbox} WHERE status = $1 ORDER BY seq LIMIT $2`,
     ),
-    // $1 id. Re-queued with a fresh attempt count; it keeps its seq, so its key's order holds.
+    // $1 id, $2 the oldest age in ms an event may have to be re-queued (NULL: any). Re-queued with
+    // a fresh attempt count; it keeps its seq, so its key's order holds. Issue 22: an event older
+    // than the consumers' inbox rows may have been applied already, its row since pruned.
     retryDead: named(
       'retry_dead',
       `UPDATE ${outbox}
           SET status = 'pending', attempts = 0, available_at = now(), last_error = NULL
-        WHERE id = $1::uuid AND status = 'dead'
+        WHERE id = $1::uuid AND status = 'dead' AND ($2::bigint IS NULL OR created_at > now() - ${ms('$2')})
       RETURNING id::text`,
     ),
+    // $1 as $2 above.
     retryAllDead: named(
       'retry_all_dead',
       `UPDATE ${outbox}
           SET status = 'pending', attempts = 0, available_at = now(), last_error = NULL
-        WHERE status = 'dead'
+        WHERE status = 'dead' AND ($1::bigint IS NULL OR created_at > now() - ${ms('$1')})
       RETURNING id::text`,
+    ),
+    // The dead events at least $1 ms old, among the ids $2 (NULL: all): those re-queue refuses.
+    deadBefore: named(
+      'dead_before',
+      `SELECT id::text FROM ${outbox}
+        WHERE status = 'dead' AND created_at <= now() - ${ms('$1')} AND ($2::uuid[] IS NULL OR id = ANY($2::uuid[]))
+        ORDER BY seq`,
     ),
     // Invariant 9's habit for the outbox: small batches that skip locked rows. $1 retention ms, $2 batch.
     pruneSent: named(
