@@ -160,6 +160,25 @@ describe('every statement is routable by scope (issue 24, point 6)', () => {
     expect(routedByScope('INSERT INTO t AS k (user_id, key) SELECT $1, $2 WHERE true')).toBe(true)
   })
 
+  it('no statement leaves session state behind, so a transaction-mode pooler may hand each transaction another server connection', async () => {
+    const statements = await allStatements()
+    const sessionState = [
+      /\bpg_(?:try_)?advisory_lock(?:_shared)?\s*\(/i, // session advisory locks: only the _xact_ ones end with the transaction
+      /\bset_config\s*\([^)]*,\s*false\s*\)/i,
+      /(?:^|;)\s*SET\s+(?!LOCAL\b)(?:SESSION\s+)?\w+\s*(?:=|TO\b)/i,
+      /\bPREPARE\s+\w+/i,
+      /\bWITH\s+HOLD\b/i,
+      /\bCREATE\s+TEMP(?:ORARY)?\b/i,
+    ]
+    const offenders = [...statements].filter(([, text]) => sessionState.some((pattern) => pattern.test(text))).map(([name]) => name)
+    expect(offenders).toEqual([])
+    // LISTEN is session state too: only the relay's own wake-up connection sends it, and `listen: false` turns it off.
+    expect([...statements].filter(([, text]) => /^\s*LISTEN\b/i.test(text)).map(([name]) => name)).toEqual(['listen.listen'])
+    // The patterns match what they are meant to.
+    expect(sessionState.map((pattern) => pattern.test("SELECT pg_advisory_lock(1); SET search_path = x; SELECT set_config('a', 'b', false)"))).toEqual([true, true, true, false, false, false])
+    expect(sessionState.some((pattern) => pattern.test('BEGIN; SET LOCAL statement_timeout = 5; SELECT pg_advisory_xact_lock(1)'))).toBe(false)
+  })
+
   it('every table of the migrations that has a scope column leads its primary key with it (co-location by scope)', async () => {
     const files = (await readdir(migrationsFolder)).filter((file) => file.endsWith('.sql')).sort()
     const ddl = (await Promise.all(files.map((file) => readFile(`${migrationsFolder}${file}`, 'utf8')))).join('\n')
