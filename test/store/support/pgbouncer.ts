@@ -52,7 +52,8 @@ export async function startPgBouncer(url: string, settings: Record<string, strin
   const user = decodeURIComponent(server.username || 'postgres')
   const ini = [
     '[databases]',
-    `* = host=${server.hostname} port=${server.port || 5432}`,
+    // The server's own password (the embedded PostgreSQL has one) logs PgBouncer in; clients are trusted.
+    `* = host=${server.hostname} port=${server.port || 5432}${server.password ? ` user=${user} password=${decodeURIComponent(server.password)}` : ''}`,
     '[pgbouncer]',
     'listen_addr = 127.0.0.1',
     `listen_port = ${port}`,
@@ -82,9 +83,13 @@ export async function startPgBouncer(url: string, settings: Record<string, strin
   const bouncerUrl = new URL(url)
   bouncerUrl.hostname = '127.0.0.1'
   bouncerUrl.port = String(port)
-  // Ready once it answers a query through to the server.
-  for (;;) {
+  // Ready once it answers a query through to the server; a few hundred tries, then its log says why not.
+  for (let attempt = 0; ; attempt++) {
     if (gone) throw new Error(`pgbouncer exited before it was ready:\n${stderr}`)
+    if (attempt === 400) {
+      child.kill('SIGINT')
+      throw new Error(`pgbouncer did not answer through to the server:\n${stderr}`)
+    }
     const client = new pg.Client({ connectionString: bouncerUrl.href })
     try {
       await client.connect()
