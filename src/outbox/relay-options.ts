@@ -19,8 +19,13 @@ export interface RelayOptions {
   publishTimeoutMs?: number
   /** The truth: the outbox is read at least this often, whatever notifications do. (Default: 1000) */
   pollIntervalMs?: number
-  /** Wake up on the outbox's `NOTIFY` through a dedicated connection. (Default: true) */
+  /** Wake up on the outbox's `NOTIFY` through a dedicated connection; turn off behind PgBouncer in transaction mode. (Default: true) */
   listen?: boolean
+  /**
+   * Prepare the relay's statements once per connection; turn off behind PgBouncer in transaction
+   * mode before 1.21, where a named statement collides on the shared server connection. (Default: true)
+   */
+  preparedStatements?: boolean
   /**
    * After a batch that published, the relay looks again this long later (twice) before it waits
    * for the poll: writers send at most one NOTIFY per `OutboxOptions.notifyCoalesceMs`, so the
@@ -65,6 +70,8 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   if (!Number.isSafeInteger(retentionMs) || retentionMs < 0) throw invalid('retentionMs', 'must be a whole number of milliseconds', retentionMs)
   const listen = options.listen ?? true
   if (typeof listen !== 'boolean') throw invalid('listen', 'must be a boolean', listen)
+  const preparedStatements = options.preparedStatements ?? true
+  if (typeof preparedStatements !== 'boolean') throw invalid('preparedStatements', 'must be a boolean', preparedStatements)
   const log = options.log ?? ((line: string) => console.warn(line))
   if (typeof log !== 'function') throw invalid('log', 'must be a function', log)
   return Object.freeze({
@@ -76,6 +83,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     publishTimeoutMs,
     pollIntervalMs: positiveInteger('pollIntervalMs', options.pollIntervalMs ?? 1000),
     listen,
+    preparedStatements,
     followUpMs: positiveInteger('followUpMs', options.followUpMs ?? DEFAULT_NOTIFY_COALESCE_MS),
     maxInFlight: positiveInteger('maxInFlight', options.maxInFlight ?? 16),
     maxAttempts: positiveInteger('maxAttempts', options.maxAttempts ?? 10),

@@ -67,7 +67,7 @@ class OutboxRelay implements Relay {
 
   constructor(options: ResolvedRelayOptions) {
     this.#options = options
-    this.#outbox = createOutbox({ schema: options.schema })
+    this.#outbox = createOutbox({ schema: options.schema, preparedStatements: options.preparedStatements })
     this.retryHorizonMs = retryHorizonMs({ baseMs: options.backoffBaseMs, maxMs: options.backoffMaxMs }, options.maxAttempts, options.leaseMs)
   }
 
