@@ -1,5 +1,6 @@
 export { createEngine, defaultFailurePolicy } from './engine/engine.js'
 export type { BeginInput, Decision, Engine, FailureAction, FailurePolicy, RunResult } from './engine/engine.js'
+export type { WaitOptions } from './engine/wait.js'
 export { Execution } from './engine/execution.js'
 export type { CompletionOptions, ExecutionState, StepContext, StepOptions } from './engine/execution.js'
 export { decide } from './engine/decide.js'

@@ -2,7 +2,7 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import { requestHasBody } from './body.js'
 import { captureServerResponse, sendAnswer } from './capture-server-response.js'
 import { routePattern } from './express-route.js'
-import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext, type RegisteredTx } from './http.js'
+import { beginGuarded, responseClosed, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext, type RegisteredTx } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
 export type { AdapterOptions, CompletionWork, IdempotencyContext, IdempotencyRegister, OutcomeEvent } from './http.js'
@@ -48,6 +48,7 @@ export function idempotency<Tx extends RegisteredTx = RegisteredTx>(options: Ada
       bodyNotRead: req.body === undefined && requestHasBody(req.headers),
       mediaType: req.headers['content-type'],
       key: req.headers['idempotency-key'],
+      clientGone: responseClosed(res),
     })
     if (gate.kind === 'answer') return sendAnswer(res, gate.answer)
     if (gate.kind === 'unkeyed') {

@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { HttpAnswer } from './answers.js'
 import { requestHasBody, toBytes } from './body.js'
-import { beginGuarded, headerRecord, isGuarded, resolveAdapterOptions, type AdapterOptions, type GuardedExecution, type IdempotencyContext, type RegisteredTx } from './http.js'
+import { beginGuarded, responseClosed, headerRecord, isGuarded, resolveAdapterOptions, type AdapterOptions, type GuardedExecution, type IdempotencyContext, type RegisteredTx } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
 export type { AdapterOptions, CompletionWork, IdempotencyContext, IdempotencyRegister, OutcomeEvent } from './http.js'
@@ -44,6 +44,7 @@ const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options
       bodyNotRead: request.body === undefined && requestHasBody(request.headers),
       mediaType: request.headers['content-type'],
       key: request.headers['idempotency-key'],
+      clientGone: responseClosed(reply.raw),
     })
     if (gate.kind === 'answer') return send(reply, gate.answer)
     if (gate.kind === 'unkeyed') return void unkeyed.set(request, gate.finish)

@@ -2,7 +2,7 @@ import type { Context, Env, MiddlewareHandler } from 'hono'
 import { matchedRoutes } from 'hono/route'
 import type { HttpAnswer } from './answers.js'
 import { isJsonContentType } from './body.js'
-import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
+import { beginGuarded, signalAborted, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
 export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
@@ -44,6 +44,7 @@ export function idempotency<Tx = unknown, E extends Env = Env>(
       body: await readBody(c),
       mediaType: c.req.header('content-type'),
       key: c.req.header('idempotency-key'),
+      clientGone: signalAborted(() => c.req.raw.signal),
     })
     if (gate.kind === 'answer') return toResponse(gate.answer)
     if (gate.kind === 'unkeyed') {

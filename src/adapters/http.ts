@@ -6,12 +6,14 @@ import { GuardedExecution, report, type DecidedRequest, type Outcome } from './g
 import { codeOf, describeForLog, requestLogFields } from './log-fields.js'
 import type { ResolvedAdapterOptions } from './options.js'
 import type { RequestParts } from './request-context.js'
+import { beginWaiting } from './waiting.js'
 
 export * from './answers.js'
 export * from './options.js'
 export * from './request-context.js'
 export * from './stored-headers.js'
 export { GuardedExecution } from './guarded-execution.js'
+export { responseClosed, signalAborted, type ClientGone } from './waiting.js'
 
 /**
  * What the guard decided: send `answer` as it is; run the handler under `guard` and end it with
@@ -64,9 +66,10 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
     body: withoutFields(parts.body, options.excludeBodyFields),
     ...(parts.mediaType === undefined ? {} : { mediaType: parts.mediaType }),
   })
+  const waitMs = options.waitMs(parts.method, parts.route)
   let decision
   try {
-    decision = await options.engine.begin({ scope, key: parts.key, fingerprint })
+    decision = await beginWaiting(options.engine, { scope, key: parts.key, fingerprint }, waitMs, parts.clientGone)
   } catch (error) {
     if (isOncelyError(error, 'ONCELY_INVALID_SCOPE')) {
       // A bug in the scope option, not an outage: retrying cannot help.

@@ -9,7 +9,7 @@ import { invalid } from '../option-validation.js'
 import { requestHasBody } from './body.js'
 import { captureServerResponse, sendAnswer } from './capture-server-response.js'
 import { routePattern } from './express-route.js'
-import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext, type ResolvedAdapterOptions } from './http.js'
+import { beginGuarded, responseClosed, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext, type ResolvedAdapterOptions } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
 export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
@@ -56,6 +56,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       bodyNotRead: req.body === undefined && requestHasBody(req.headers),
       mediaType: req.headers['content-type'],
       key: req.headers['idempotency-key'],
+      clientGone: responseClosed(res),
     })
     if (gate.kind === 'unkeyed') {
       res.once('close', () => gate.finish(res.statusCode))

@@ -3,7 +3,7 @@ import { invalid, positiveInteger } from '../option-validation.js'
 import { problem, PROBLEM_TYPES } from './answers.js'
 import { isJsonContentType } from './body.js'
 import { captureServerResponse, sendAnswer } from './capture-server-response.js'
-import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
+import { beginGuarded, responseClosed, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
 export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
@@ -75,6 +75,7 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
       body,
       mediaType: req.headers['content-type'],
       key: req.headers['idempotency-key'],
+      clientGone: responseClosed(res),
     })
     if (gate.kind === 'answer') return sendAnswer(res, gate.answer)
     if (gate.kind === 'unkeyed') {

@@ -70,6 +70,16 @@ export interface AdapterOptions<Req, Tx = unknown> {
    * same request: the second gets the first one's response. (Default: `[]`)
    */
   excludeBodyFields?: readonly string[]
+  /**
+   * How long, in milliseconds, a duplicate whose key is still being processed waits for the first
+   * request to finish instead of getting 409 at once: it then gets the first one's response
+   * (replayed), or runs if the first let the key go. Past the bound it gets 409 with a
+   * `Retry-After` judged on the claim as last read. No database connection is held while it
+   * waits: the row is read with capped, jittered backoff (10 ms doubling to 200 ms). A function
+   * gives a value per route, from the method and the route pattern. A client that closes its
+   * connection stops the wait. (Default: `0`, 409 at once)
+   */
+  waitMs?: number | ((method: string, route: string) => number)
   /** Also send `X-Idempotent-Replayed: true` on a replay, for clients written for other servers. (Default: `false`) */
   xIdempotentReplayed?: boolean
   /**
@@ -95,6 +105,7 @@ export interface ResolvedAdapterOptions<Req, Tx = unknown> {
   readonly required: boolean
   readonly excludeBodyFields: readonly Pointer[]
   readonly xIdempotentReplayed: boolean
+  readonly waitMs: (method: string, route: string) => number
   readonly log: Logger
   readonly onOutcome: ((event: OutcomeEvent) => void) | undefined
 }
@@ -128,9 +139,21 @@ export function resolveAdapterOptions<Req, Tx>(options: AdapterOptions<Req, Tx>)
     required: optionalBoolean('required', options.required) ?? true,
     excludeBodyFields: parsePointers('excludeBodyFields', options.excludeBodyFields ?? []),
     xIdempotentReplayed: optionalBoolean('xIdempotentReplayed', options.xIdempotentReplayed) ?? false,
+    waitMs: resolveWaitMs(options.waitMs),
     log,
     onOutcome,
   })
+}
+
+/** A number is checked now; a function's answer on each request, naming the option when it is bad. */
+function resolveWaitMs(waitMs: AdapterOptions<never>['waitMs']): (method: string, route: string) => number {
+  const checked = (value: unknown): number => {
+    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) throw invalid('waitMs', 'must be a whole number of milliseconds, 0 or more', value)
+    return value
+  }
+  if (typeof waitMs === 'function') return (method, route) => checked(waitMs(method, route))
+  const fixed = checked(waitMs ?? 0)
+  return () => fixed
 }
 
 /** A logger that throws must never turn an answered request into a crash. */

@@ -1,6 +1,7 @@
 import type { Execution } from '../engine/execution.js'
 import type { WriteStatement } from '../engine/types.js'
 import type { HeaderValue } from './stored-headers.js'
+import type { ClientGone } from './waiting.js'
 
 /**
  * Register your store's transaction type once, and `req.idempotency` (Express) and
@@ -56,6 +57,8 @@ export interface RequestParts {
   /** The request's `Content-Type`: a text body and a JSON string body never share a fingerprint. */
   mediaType?: string | undefined
   key: string | readonly string[] | undefined | null
+  /** Tells when the client goes away, so a duplicate waiting for the first request (`waitMs`) stops. (Default: none) */
+  clientGone?: ClientGone
 }
 
 /** The response a handler produced, as an adapter captured it. */

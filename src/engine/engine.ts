@@ -1,10 +1,12 @@
 import { OncelyError } from '../errors.js'
+import { invalid } from '../option-validation.js'
 import { claimKey } from './claim.js'
 import { publishDecision } from './events.js'
 import { Execution } from './execution.js'
 import { parseIdempotencyKey } from './key.js'
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js'
 import type { StoredResponse } from './types.js'
+import { waitOutConflict, type WaitOptions } from './wait.js'
 
 /** A request as the engine sees it: no HTTP types. */
 export interface BeginInput {
@@ -63,7 +65,10 @@ export type RunResult<Tx = unknown> =
 export interface Engine<Tx = unknown> {
   readonly options: ResolvedEngineOptions<Tx>
   /**
-   * Decides what to do with a request, in one round trip to the store in the common cases.
+   * Decides what to do with a request, in one round trip to the store in the common cases. With
+   * `wait.waitMs`, a request whose key is in use waits up to that long for the first to finish
+   * (reading the row now and then, holding no connection in between) and gets its replay, or
+   * owns the key if the first let it go; only past the bound does it get the conflict.
    *
    * @example
    * ```ts
@@ -74,7 +79,7 @@ export interface Engine<Tx = unknown> {
    * }
    * ```
    */
-  begin(input: BeginInput): Promise<Decision<Tx>>
+  begin(input: BeginInput, wait?: WaitOptions): Promise<Decision<Tx>>
   /**
    * `begin`, then runs `handler` when this caller owns the key and stores what it returns. If the
    * handler throws, `onFailure` (default `defaultFailurePolicy`) decides what is kept, and the
@@ -83,7 +88,7 @@ export interface Engine<Tx = unknown> {
   run(
     input: BeginInput,
     handler: (execution: Execution<Tx>) => Promise<StoredResponse>,
-    options?: { onFailure?: FailurePolicy },
+    options?: { onFailure?: FailurePolicy } & WaitOptions,
   ): Promise<RunResult<Tx>>
 }
 
@@ -101,11 +106,14 @@ export interface Engine<Tx = unknown> {
 export function createEngine<Tx>(options: EngineOptions<Tx>): Engine<Tx> {
   const resolved = resolveEngineOptions(options)
 
-  async function begin(input: BeginInput): Promise<Decision<Tx>> {
+  async function begin(input: BeginInput, wait?: WaitOptions): Promise<Decision<Tx>> {
     const scope = scopeOf(input.scope)
+    const waitMs = waitOf(wait)
     const parsed = parseIdempotencyKey(input.key)
     if (!parsed.ok) return publishDecision(scope, input.key, { kind: 'invalid', reason: parsed.reason })
-    const outcome = await claimKey({ scope, key: parsed.key, fingerprint: input.fingerprint }, resolved)
+    const request = { scope, key: parsed.key, fingerprint: input.fingerprint }
+    let outcome = await claimKey(request, resolved)
+    if (outcome.kind === 'conflict' && waitMs > 0) outcome = await waitOutConflict(request, outcome, resolved, { ...wait, waitMs })
     if (outcome.kind !== 'owned') return publishDecision(scope, parsed.key, outcome)
     return publishDecision(scope, parsed.key, { kind: 'execute', execution: new Execution(outcome.claim, outcome.how, resolved) })
   }
@@ -113,9 +121,9 @@ export function createEngine<Tx>(options: EngineOptions<Tx>): Engine<Tx> {
   async function run(
     input: BeginInput,
     handler: (execution: Execution<Tx>) => Promise<StoredResponse>,
-    runOptions: { onFailure?: FailurePolicy } = {},
+    runOptions: { onFailure?: FailurePolicy } & WaitOptions = {},
   ): Promise<RunResult<Tx>> {
-    const decision = await begin(input)
+    const decision = await begin(input, runOptions)
     if (decision.kind !== 'execute') return decision
     const { execution } = decision
     let response: StoredResponse
@@ -137,6 +145,13 @@ export function createEngine<Tx>(options: EngineOptions<Tx>): Engine<Tx> {
   }
 
   return Object.freeze({ options: resolved, begin, run })
+}
+
+/** Issue 23: a bad wait is the caller's bug, refused before the claim. */
+function waitOf(wait: WaitOptions | undefined): number {
+  const waitMs = wait?.waitMs ?? 0
+  if (typeof waitMs !== 'number' || !Number.isFinite(waitMs) || waitMs < 0) throw invalid('waitMs', 'must be a finite number of milliseconds, 0 or more', waitMs)
+  return waitMs
 }
 
 /** Issue 8, path 11: a scope is settled before the claim, never found wrong midway. */

@@ -2,6 +2,7 @@ import type { BeginInput, Decision, Engine, FailurePolicy, RunResult } from '../
 import type { EngineEventName } from '../engine/events.js'
 import type { Execution } from '../engine/execution.js'
 import type { StoredResponse } from '../engine/types.js'
+import type { WaitOptions } from '../engine/wait.js'
 import { isOncelyError } from '../errors.js'
 
 /** The subset of an OpenTelemetry `Span` oncely uses (`@opentelemetry/api`, an optional peer). */
@@ -81,15 +82,15 @@ export function instrumentEngine<Tx>(engine: Engine<Tx>, options: { tracer?: Tra
     execution.suspend = () => watch(suspend())
   }
 
-  async function begin(input: BeginInput): Promise<Decision<Tx>> {
+  async function begin(input: BeginInput, wait?: WaitOptions): Promise<Decision<Tx>> {
     const span = started(input)
-    const decision = await engine.begin(input)
+    const decision = await engine.begin(input, wait)
     if (decision.kind === 'execute') owned(decision.execution, span)
     else answered(decision, span)
     return decision
   }
 
-  async function run(input: BeginInput, handler: (execution: Execution<Tx>) => Promise<StoredResponse>, runOptions?: { onFailure?: FailurePolicy }): Promise<RunResult<Tx>> {
+  async function run(input: BeginInput, handler: (execution: Execution<Tx>) => Promise<StoredResponse>, runOptions?: { onFailure?: FailurePolicy } & WaitOptions): Promise<RunResult<Tx>> {
     const span = started(input)
     const result = await engine.run(
       input,

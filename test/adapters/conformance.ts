@@ -9,6 +9,7 @@ import pg from 'pg'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { deferred } from '../helpers/deferred.js'
 import { startOutageProxy } from './support/outage-proxy.js'
+import { waitConformance } from './conformance-wait.js'
 import type { AdapterHarness, AppUnderTest, HandlerInput, HandlerOutput, TestOptions, TestRequest, TestRoute } from './harness.js'
 
 const JSON_TYPE = 'application/json; charset=utf-8'
@@ -653,4 +654,5 @@ export function conformanceSuite(harness: AdapterHarness): void {
       })
     })
   })
+  waitConformance(harness)
 }

@@ -1,0 +1,222 @@
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createEngine, fingerprintRequest, type Decision, type Engine, type IdempotencyStore } from '../../src/index.js'
+import { createRedisCache, withRedisCache } from '../../src/redis/index.js'
+import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { deferred, latch } from '../helpers/deferred.js'
+import { ageClaim, engineOn, jsonResponse, owned, storeClaim } from '../helpers/engine.js'
+import { redisForTests, testRedis } from '../redis/support/test-redis.js'
+
+// Issue 23, point 2: a duplicate that waits (`waitMs`) for the first request instead of a 409.
+// Each test holds the first request on the test's own control and lets it go only once the
+// waiter has read the row at least once, so the waiter is surely waiting: no sleeps.
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await createTestDatabase()
+})
+afterAll(async () => {
+  await db.close()
+})
+
+const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1000 } })
+const other = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 2000 } })
+let n = 0
+const newKey = () => `wait-${n++}`
+
+/** The real store, with its reads counted and announced: the waiter's polls. */
+function watchedReads<S extends IdempotencyStore<Queryable>>(store: S): { store: S; reads: () => number; claims: () => number; read: Promise<void> } {
+  let reads = 0
+  let claims = 0
+  const first = deferred()
+  const watched = {
+    ...store,
+    async claim(request: Parameters<S['claim']>[0]) {
+      claims++
+      return store.claim(request)
+    },
+    async read(scope: string, key: string) {
+      reads++
+      first.resolve()
+      return store.read(scope, key)
+    },
+  }
+  return { store: watched, reads: () => reads, claims: () => claims, read: first.promise }
+}
+
+function waiterOn(store: IdempotencyStore<Queryable>): Engine<Queryable> {
+  return createEngine({ store, staleAfterMs: 30_000 })
+}
+
+describe('engine.begin with waitMs', () => {
+  it('replays the first request once it completes, instead of a 409', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const watched = watchedReads(store)
+    const waiting = waiterOn(watched.store).begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000 })
+    await watched.read
+    await first.complete(jsonResponse(201, '{"id":"ch_1",  "b":1}'))
+    const decision = await waiting
+    expect(decision.kind).toBe('replay')
+    if (decision.kind === 'replay') expect(Buffer.from(decision.response.body).toString()).toBe('{"id":"ch_1",  "b":1}')
+  })
+
+  it('without waitMs, answers the same duplicate 409 at once and reads nothing', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const watched = watchedReads(store)
+    expect((await waiterOn(watched.store).begin({ scope: 'u1', key, fingerprint })).kind).toBe('conflict')
+    expect(watched.reads()).toBe(0)
+    await first.release()
+  })
+
+  it('past the bound, answers 409 with the Retry-After judged on the claim as last read', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const watched = watchedReads(store)
+    const decision = await waiterOn(watched.store).begin({ scope: 'u1', key, fingerprint }, { waitMs: 30 })
+    expect(decision).toEqual({ kind: 'conflict', retryAfterSeconds: 1 })
+    expect(watched.reads()).toBeGreaterThan(0)
+    await first.release()
+  })
+
+  it('past the bound on a claim whose owner stopped renewing, the hint is the time until it can be taken over', async () => {
+    const key = newKey()
+    const { store } = engineOn(db)
+    const claimed = await storeClaim(store, { scope: 'u1', key, fingerprint })
+    expect(claimed.kind).toBe('claimed')
+    // Renewed 20 s ago under a 30 s threshold (renewals every 10 s): about 10 s to go.
+    await db.pool.query(`UPDATE ${'"' + db.schema.replaceAll('"', '""') + '"'}.idempotency_key SET locked_at = now() - interval '20 seconds' WHERE user_id = 'u1' AND key = $1`, [key])
+    const decision = await waiterOn(store).begin({ scope: 'u1', key, fingerprint }, { waitMs: 30 })
+    expect(decision.kind).toBe('conflict')
+    if (decision.kind === 'conflict') expect(decision.retryAfterSeconds).toBeGreaterThanOrEqual(9)
+    if (decision.kind === 'conflict') expect(decision.retryAfterSeconds).toBeLessThanOrEqual(10)
+  })
+
+  it('owns the key through the claim statement when the first released it before any step, and runs once', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const watched = watchedReads(store)
+    const waiting = waiterOn(watched.store).begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000 })
+    await watched.read
+    await first.release()
+    const mine = owned(await waiting)
+    expect(mine.how).toBe('new')
+    expect(mine.claimId).not.toBe(first.claimId)
+    await mine.complete(jsonResponse(201, '{"id":"ch_2"}'))
+    expect((await engine.begin({ scope: 'u1', key, fingerprint })).kind).toBe('replay')
+  })
+
+  it('takes over a claim that goes stale while it waits, with the claim identity kept', async () => {
+    const key = newKey()
+    const { store } = engineOn(db)
+    const claimed = await storeClaim(store, { scope: 'u1', key, fingerprint })
+    if (claimed.kind !== 'claimed') throw new Error('the key was not free')
+    const watched = watchedReads(store)
+    const waiting = waiterOn(watched.store).begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000 })
+    await watched.read
+    await ageClaim(db, 'u1', key)
+    const taker = owned(await waiting)
+    expect([taker.how, taker.claimId]).toEqual(['take-over', claimed.claim.claimId])
+    await taker.release()
+  })
+
+  it('a different request under the key is 422 at once, without waiting (Invariant 5)', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const watched = watchedReads(store)
+    expect((await waiterOn(watched.store).begin({ scope: 'u1', key, fingerprint: other }, { waitMs: 600_000 })).kind).toBe('mismatch')
+    expect(watched.reads()).toBe(0)
+    await first.release()
+  })
+
+  it('stops waiting when the signal aborts, with the 409 it would have had', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const watched = watchedReads(store)
+    const gone = new AbortController()
+    const waiting = waiterOn(watched.store).begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000, signal: gone.signal })
+    await watched.read
+    gone.abort()
+    expect(await waiting).toEqual({ kind: 'conflict', retryAfterSeconds: 1 })
+    expect(first.state).toBe('running')
+    await first.release()
+  })
+
+  it('refuses a waitMs that is not a number of milliseconds, naming it', async () => {
+    const { engine } = engineOn(db)
+    await expect(engine.begin({ scope: 'u1', key: newKey(), fingerprint }, { waitMs: -1 })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION', message: expect.stringContaining('waitMs') as unknown })
+  })
+
+  it('20 duplicates at once on 20 connections: one executes, the 19 others wait and replay it', async () => {
+    const key = newKey()
+    const width = 20
+    const pools = Array.from({ length: width }, () => new pg.Pool({ connectionString: db.url, max: 1 }))
+    try {
+      await Promise.all(pools.map(async (pool) => (await pool.connect()).release()))
+      const allWaiting = latch(width)
+      const engines = pools.map((pool) => {
+        const watched = watchedReads(createPostgresStore({ pool, schema: db.schema }))
+        void watched.read.then(() => allWaiting.arrive())
+        return waiterOn(watched.store)
+      })
+      const start = latch(width)
+      let executions = 0
+      const decisions = await Promise.all(
+        engines.map(async (engine): Promise<Decision<Queryable>['kind']> => {
+          await start.arrive()
+          const decision = await engine.begin({ scope: 'u20', key, fingerprint }, { waitMs: 600_000 })
+          if (decision.kind === 'execute') {
+            executions++
+            // The owner counts as arrived: it finishes once the 19 others have all read the row.
+            await allWaiting.arrive()
+            await decision.execution.complete(jsonResponse(201, '{"id":"ch_20"}'))
+          }
+          return decision.kind
+        }),
+      )
+      expect(executions).toBe(1)
+      expect(decisions.filter((kind) => kind === 'replay')).toHaveLength(width - 1)
+    } finally {
+      await Promise.all(pools.map((pool) => pool.end()))
+    }
+  })
+})
+
+const redis = await redisForTests()
+
+describe.skipIf(!redis.run)('engine.begin with waitMs behind the Redis cache', () => {
+  it('reads PostgreSQL while it waits, so a cache still saying "in flight" never holds it to a 409 (Invariant 10)', async () => {
+    const client = await testRedis()
+    try {
+      const key = newKey()
+      const cache = createRedisCache({ redis: client.redis, secret: 'the wait-for-first test secret', prefix: client.prefix, namespace: db.schema, staleAfterMs: 30_000, inFlightMaxMs: 25_000 })
+      const plain = createPostgresStore({ pool: db.pool, schema: db.schema })
+      const cachedEngine = createEngine<Queryable>({ store: withRedisCache(plain, cache), staleAfterMs: 30_000 })
+      // Claimed through the cache (which now holds it as in flight), completed past it.
+      const first = owned(await cachedEngine.begin({ scope: 'u1', key, fingerprint }))
+      const fenced = { scope: 'u1', key, fenceToken: first.fenceToken }
+      const watched = watchedReads(withRedisCache(plain, cache))
+      const waiting = waiterOn(watched.store).begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000 })
+      await watched.read
+      expect(await plain.complete(fenced, { status: 'completed', response: jsonResponse(201, '{"id":"ch_r"}') })).toBe(true)
+      expect((await cachedEngine.begin({ scope: 'u1', key, fingerprint })).kind).toBe('conflict')
+      const decision = await waiting
+      expect(decision.kind).toBe('replay')
+      // Answered from the row PostgreSQL gave, not by claiming again through the cache.
+      expect(watched.claims()).toBe(1)
+      // Its fence is gone with the completion written past it: the release only stops its timer.
+      await expect(first.release()).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+    } finally {
+      await client.flush()
+      await client.close()
+    }
+  })
+})
