@@ -1,6 +1,6 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import { requestHasBody } from './body.js'
-import { captureServerResponse, sendAnswer } from './capture-server-response.js'
+import { captureServerResponse, sendAnswer, setKeyTtl } from './capture-server-response.js'
 import { routePattern } from './express-route.js'
 import { beginGuarded, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext, type RegisteredTx } from './http.js'
 
@@ -50,6 +50,7 @@ export function idempotency<Tx extends RegisteredTx = RegisteredTx>(options: Ada
       key: req.headers['idempotency-key'],
     })
     if (gate.kind === 'answer') return sendAnswer(res, gate.answer)
+    setKeyTtl(res, resolved.keyTtlSeconds)
     if (gate.kind === 'unkeyed') {
       res.once('close', () => gate.finish(res.statusCode))
       return next()

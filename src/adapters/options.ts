@@ -73,6 +73,13 @@ export interface AdapterOptions<Req, Tx = unknown> {
   /** Also send `X-Idempotent-Replayed: true` on a replay, for clients written for other servers. (Default: `false`) */
   xIdempotentReplayed?: boolean
   /**
+   * Advertise how long a key is remembered, the engine's `ttlMs` in whole seconds: an
+   * `Idempotency-Key-TTL` header on every answer of a guarded route (first answers, replays,
+   * problems) and `key_ttl_seconds` in every problem body. `false` sends neither.
+   * (Default: `true`)
+   */
+  keyTtlHeader?: boolean
+  /**
    * Where the adapter logs what it cannot do (store a response, reach the database…): a
    * pino-style logger (`info/warn/error(fields, message)`), given `scope`, `key` (hashed with
    * `logKey`: 16 hex characters, never the key itself), `route` (`METHOD /pattern`), `code` and
@@ -95,6 +102,8 @@ export interface ResolvedAdapterOptions<Req, Tx = unknown> {
   readonly required: boolean
   readonly excludeBodyFields: readonly Pointer[]
   readonly xIdempotentReplayed: boolean
+  /** The key TTL advertised, in whole seconds; `undefined` when `keyTtlHeader` is `false`. */
+  readonly keyTtlSeconds: number | undefined
   readonly log: Logger
   readonly onOutcome: ((event: OutcomeEvent) => void) | undefined
 }
@@ -128,9 +137,16 @@ export function resolveAdapterOptions<Req, Tx>(options: AdapterOptions<Req, Tx>)
     required: optionalBoolean('required', options.required) ?? true,
     excludeBodyFields: parsePointers('excludeBodyFields', options.excludeBodyFields ?? []),
     xIdempotentReplayed: optionalBoolean('xIdempotentReplayed', options.xIdempotentReplayed) ?? false,
+    keyTtlSeconds: advertisedTtlSeconds(engine, optionalBoolean('keyTtlHeader', options.keyTtlHeader) ?? true),
     log,
     onOutcome,
   })
+}
+
+/** Whole seconds, rounded down: the key is remembered at least that long. An engine without options (a test double) advertises nothing. */
+function advertisedTtlSeconds(engine: Engine<unknown>, advertise: boolean): number | undefined {
+  const ttlMs = (engine as Partial<Engine<unknown>>).options?.ttlMs
+  return advertise && typeof ttlMs === 'number' ? Math.floor(ttlMs / 1000) : undefined
 }
 
 /** A logger that throws must never turn an answered request into a crash. */

@@ -1,5 +1,6 @@
 import { OncelyError } from '../errors.js'
 import { claimKey } from './claim.js'
+import type { KeyState } from './decide.js'
 import { publishDecision } from './events.js'
 import { Execution } from './execution.js'
 import { parseIdempotencyKey } from './key.js'
@@ -30,8 +31,8 @@ export type Decision<Tx = unknown> =
   | { kind: 'replay'; response: StoredResponse }
   /** The operation is running elsewhere: 409, retry after the hint. */
   | { kind: 'conflict'; retryAfterSeconds: number }
-  /** The key was used with a different request: 422, never a replay. */
-  | { kind: 'mismatch' }
+  /** The key was used with a different request: 422, never a replay. `state` is the key's own operation. */
+  | { kind: 'mismatch'; state: KeyState }
   /** The key is missing or malformed: 400, nothing stored. */
   | { kind: 'invalid'; reason: string }
 
