@@ -3,6 +3,7 @@ import { claimKey } from './claim.js'
 import type { KeyState } from './decide.js'
 import { publishDecision } from './events.js'
 import { Execution } from './execution.js'
+import { inspectOperation, type InspectInput, type OperationRecord } from './inspect.js'
 import { parseIdempotencyKey } from './key.js'
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js'
 import type { StoredResponse } from './types.js'
@@ -86,6 +87,18 @@ export interface Engine<Tx = unknown> {
     handler: (execution: Execution<Tx>) => Promise<StoredResponse>,
     options?: { onFailure?: FailurePolicy },
   ): Promise<RunResult<Tx>>
+  /**
+   * Looks an operation up by scope and key, for support tools: its state, steps and stored
+   * response, or null when there is none. Read-only, one round trip through the store's `read`
+   * (a Redis cache in front passes it through). Store errors reject.
+   *
+   * @example
+   * ```ts
+   * const operation = await engine.inspect({ scope: '42', key: 'order-42' })
+   * if (operation?.state === 'completed') console.log(operation.response?.status, Object.keys(operation.steps))
+   * ```
+   */
+  inspect(input: InspectInput): Promise<OperationRecord | null>
 }
 
 /**
@@ -137,7 +150,9 @@ export function createEngine<Tx>(options: EngineOptions<Tx>): Engine<Tx> {
     return { kind: 'executed', response }
   }
 
-  return Object.freeze({ options: resolved, begin, run })
+  const inspect = async (input: InspectInput) => inspectOperation(resolved.store, scopeOf(input.scope), input.key, resolved.staleAfterMs)
+
+  return Object.freeze({ options: resolved, begin, run, inspect })
 }
 
 /** Issue 8, path 11: a scope is settled before the claim, never found wrong midway. */

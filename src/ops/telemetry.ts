@@ -103,5 +103,6 @@ export function instrumentEngine<Tx>(engine: Engine<Tx>, options: { tracer?: Tra
     return result
   }
 
-  return Object.freeze({ options: engine.options, begin, run })
+  // A read for support tools, not a request: no span.
+  return Object.freeze({ options: engine.options, begin, run, inspect: engine.inspect })
 }
