@@ -34,7 +34,7 @@ export const PROBLEM_TYPES = Object.freeze({
  */
 export type OperationState = 'none' | 'running' | 'suspended' | 'completed' | 'failed' | 'unknown'
 
-/** What a client may safely do next, in every problem oncely answers (docs/adapters.md, Problem bodies). */
+/** What a client may safely do next, in every problem oncely answers (docs/adapters.md, Answers). */
 export interface KeyAdvice {
   /** `retry_same_key`: the same request with the same key may get a different answer later. */
   retrySameKey: boolean

@@ -53,9 +53,9 @@ export interface AdapterOptions<Req, Tx = unknown> {
   /** Query parameters that change the meaning of a request and enter its fingerprint. (Default: `[]`) */
   query?: readonly string[]
   /**
-   * The largest response body stored. A larger one cannot be replayed, so it is never sent as a
-   * success: the client gets 500 `…/response-not-replayable` and the key is released or suspended.
-   * (Default: 1048576)
+   * The largest response body stored. A larger one is sent to the first caller and its outcome
+   * recorded without it: a retry with the key gets 500 `…/result-unavailable` (`result_status`
+   * the status first sent) and never runs the operation again. (Default: 1048576)
    */
   maxStoredBodyBytes?: number
   /**

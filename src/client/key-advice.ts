@@ -1,6 +1,6 @@
 /**
  * What the server says a client may do next with its key, read from the members oncely puts in
- * every problem it answers (docs/adapters.md, Problem bodies) and the `Idempotency-Key-TTL`
+ * every problem it answers (docs/adapters.md, Answers) and the `Idempotency-Key-TTL`
  * header. A member the server did not send is `undefined`: other servers send none of them.
  */
 export interface KeyAdvice {
