@@ -23,7 +23,26 @@ export const PROBLEM_TYPES = Object.freeze({
   bodyNotRead: 'https://oncely.dev/problems/request-body-not-read',
   invalidJson: 'https://oncely.dev/problems/invalid-json',
   bodyTooLarge: 'https://oncely.dev/problems/body-too-large',
+  resultUnavailable: 'https://oncely.dev/problems/result-unavailable',
 })
+
+/**
+ * What a problem says the server knows of the key's operation (`operation_state`): `none`, no
+ * record (nothing ran, or the claim was released before any step); `running`, a claim is held;
+ * `suspended`, a claim waits for a retry to resume it; `completed` or `failed`, an outcome is
+ * stored; `unknown`, the record could not be read.
+ */
+export type OperationState = 'none' | 'running' | 'suspended' | 'completed' | 'failed' | 'unknown'
+
+/** What a client may safely do next, in every problem oncely answers (docs/adapters.md, Answers). */
+export interface KeyAdvice {
+  /** `retry_same_key`: the same request with the same key may get a different answer later. */
+  retrySameKey: boolean
+  /** `new_key_safe`: the server knows nothing ran for this request, so a new key cannot run it twice. */
+  newKeySafe: boolean
+  /** `operation_state`: the key's operation, as far as the server knows. */
+  state: OperationState
+}
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json'
 
@@ -35,19 +54,39 @@ export interface ProblemInit {
   detail: string
   /** Whether the same request with the same key may succeed later. */
   retryable: boolean
+  /** What the client may do next; `retry_same_key` defaults to `retryable`. */
+  advice: Omit<KeyAdvice, 'retrySameKey'> & { retrySameKey?: boolean }
+  /** `key_ttl_seconds`: how long the route remembers a key, when it advertises it. */
+  keyTtlSeconds?: number | undefined
   /** The request's `Idempotency-Key` as sent, echoed on 400 and 422 so a client can tell which. */
   idempotencyKey?: string | undefined
+  /** Further members, after oncely's own. */
+  extra?: Readonly<Record<string, string | number | boolean>>
   headers?: ReadonlyArray<readonly [string, string]>
 }
 
 /**
  * An `application/problem+json` answer (RFC 9457) with a fresh `instance` (`urn:uuid:…`) that
- * the log line about it repeats, `retryable`, and `idempotency_key` when given.
+ * the log line about it repeats, `retryable`, what the client may do next (`retry_same_key`,
+ * `new_key_safe`, `operation_state`), `key_ttl_seconds` and `idempotency_key` when given.
  */
 export function problem(init: ProblemInit): HttpAnswer {
   const instance = `urn:uuid:${randomUUID()}`
-  const { status, type, title, detail, retryable, idempotencyKey } = init
-  const members = { type, title, status, detail, instance, retryable, ...(idempotencyKey === undefined ? {} : { idempotency_key: idempotencyKey }) }
+  const { status, type, title, detail, retryable, idempotencyKey, advice, keyTtlSeconds } = init
+  const members = {
+    type,
+    title,
+    status,
+    detail,
+    instance,
+    retryable,
+    retry_same_key: advice.retrySameKey ?? retryable,
+    new_key_safe: advice.newKeySafe,
+    operation_state: advice.state,
+    ...(keyTtlSeconds === undefined ? {} : { key_ttl_seconds: keyTtlSeconds }),
+    ...(idempotencyKey === undefined ? {} : { idempotency_key: idempotencyKey }),
+    ...init.extra,
+  }
   const headers: Array<readonly [string, string]> = [['content-type', PROBLEM_CONTENT_TYPE], ...(init.headers ?? [])]
   return { status, headers, body: Buffer.from(JSON.stringify(members)), instance }
 }
@@ -58,11 +97,17 @@ export function replayAnswer(response: StoredResponse, alsoX: boolean): HttpAnsw
   return { status: response.status, headers: [...response.headers, ...marks], body: response.body }
 }
 
-export function conflictAnswer(retryAfterSeconds: number, detail: string): HttpAnswer {
-  return problem({ status: 409, type: PROBLEM_TYPES.keyInUse, title: 'Idempotency-Key in use', detail, retryable: true, headers: [['retry-after', String(retryAfterSeconds)]] })
+/** 409: a claim on the key is held; the same key gets its outcome later, a new key could run it twice. */
+export function conflictAnswer(retryAfterSeconds: number, detail: string, keyTtlSeconds?: number): HttpAnswer {
+  const advice = { newKeySafe: false, state: 'running' } as const
+  return problem({ status: 409, type: PROBLEM_TYPES.keyInUse, title: 'Idempotency-Key in use', detail, retryable: true, advice, keyTtlSeconds, headers: [['retry-after', String(retryAfterSeconds)]] })
 }
 
-/** 503: the database is away; the same key succeeds once it is back. */
-export function storeUnavailableAnswer(detail: string): HttpAnswer {
-  return problem({ status: 503, type: PROBLEM_TYPES.storeUnavailable, title: 'Idempotency store unavailable', detail, retryable: true, headers: [['retry-after', '1']] })
+/**
+ * 503: the database is away; the same key succeeds once it is back. What the key holds is not
+ * known (`unknown`), so a new key is never called safe.
+ */
+export function storeUnavailableAnswer(detail: string, keyTtlSeconds?: number, state: OperationState = 'unknown'): HttpAnswer {
+  const advice = { newKeySafe: false, state }
+  return problem({ status: 503, type: PROBLEM_TYPES.storeUnavailable, title: 'Idempotency store unavailable', detail, retryable: true, advice, keyTtlSeconds, headers: [['retry-after', '1']] })
 }

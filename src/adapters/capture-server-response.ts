@@ -2,6 +2,7 @@ import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { Logger, LogFields } from '../ops/logger.js'
 import type { HttpAnswer } from './answers.js'
 import { toBytes } from './body.js'
+import { keyTtlHeaders } from './key-ttl.js'
 import type { CapturedResponse } from './request-context.js'
 
 type Callback = (error?: Error | null) => void
@@ -85,6 +86,11 @@ export function captureServerResponse(res: ServerResponse, guard: ResponseSettle
     })
     return res
   } as ServerResponse['end']
+}
+
+/** Sets `Idempotency-Key-TTL` on a response of a guarded route before its handler runs (none when not advertised). */
+export function setKeyTtl(res: ServerResponse, keyTtlSeconds: number | undefined): void {
+  for (const [name, value] of keyTtlHeaders(keyTtlSeconds)) res.setHeader(name, value)
 }
 
 /** Sends an answer on a response whose headers are not yet sent, first removing the headers `drop` names. */

@@ -1,6 +1,6 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import { requestHasBody } from './body.js'
-import { captureServerResponse, sendAnswer } from './capture-server-response.js'
+import { captureServerResponse, sendAnswer, setKeyTtl } from './capture-server-response.js'
 import { routePattern } from './express-route.js'
 import { beginGuarded, responseClosed, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext, type RegisteredTx } from './http.js'
 
@@ -51,6 +51,7 @@ export function idempotency<Tx extends RegisteredTx = RegisteredTx>(options: Ada
       clientGone: responseClosed(res),
     })
     if (gate.kind === 'answer') return sendAnswer(res, gate.answer)
+    setKeyTtl(res, resolved.keyTtlSeconds)
     if (gate.kind === 'unkeyed') {
       res.once('close', () => gate.finish(res.statusCode))
       return next()

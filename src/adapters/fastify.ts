@@ -2,7 +2,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { HttpAnswer } from './answers.js'
 import { requestHasBody, toBytes } from './body.js'
-import { beginGuarded, responseClosed, headerRecord, isGuarded, resolveAdapterOptions, type AdapterOptions, type GuardedExecution, type IdempotencyContext, type RegisteredTx } from './http.js'
+import { beginGuarded, responseClosed, headerRecord, isGuarded, keyTtlHeaders, resolveAdapterOptions, type AdapterOptions, type GuardedExecution, type IdempotencyContext, type RegisteredTx } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
 export type { AdapterOptions, CompletionWork, IdempotencyContext, IdempotencyRegister, OutcomeEvent } from './http.js'
@@ -47,6 +47,7 @@ const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options
       clientGone: responseClosed(reply.raw),
     })
     if (gate.kind === 'answer') return send(reply, gate.answer)
+    for (const [name, value] of keyTtlHeaders(resolved.keyTtlSeconds)) reply.header(name, value)
     if (gate.kind === 'unkeyed') return void unkeyed.set(request, gate.finish)
     request.idempotency = gate.guard.context
     // Headers set before the handler ran (CORS, request ids) survive a replacement answer.

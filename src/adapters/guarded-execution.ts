@@ -4,7 +4,9 @@ import { toQueryConfig, type Queryable } from '../store/postgres/executor.js'
 import { isOncelyError } from '../errors.js'
 import { isRetryableStatus } from '../retryable-status.js'
 import { logKey, type LogFields } from '../ops/logger.js'
-import { conflictAnswer, problem, PROBLEM_TYPES, storeUnavailableAnswer, type HttpAnswer } from './answers.js'
+import { conflictAnswer, problem, PROBLEM_TYPES, storeUnavailableAnswer, type HttpAnswer, type KeyAdvice } from './answers.js'
+import { withKeyTtl } from './key-ttl.js'
+import { resultUnavailableResponse } from './result-unavailable.js'
 import { codeOf, describeForLog } from './log-fields.js'
 import type { OutcomeEvent, ResolvedAdapterOptions } from './options.js'
 import type { CapturedResponse, CompletionWork, IdempotencyContext } from './request-context.js'
@@ -72,7 +74,7 @@ export class GuardedExecution<Tx> {
     this.#settled = true
     const [replacement, status, outcome] = await this.#apply(captured)
     report(this.#options, outcome, status, this.#startedAt, replacement?.instance, this.logFields, this.#decided)
-    return replacement
+    return replacement && withKeyTtl(replacement, this.#options.keyTtlSeconds)
   }
 
   async #apply(captured: CapturedResponse): Promise<[HttpAnswer | null, number, Outcome]> {
@@ -92,14 +94,16 @@ export class GuardedExecution<Tx> {
       await this.#letGo()
       return sent(status)
     }
+    let response: StoredResponse = { status, headers: storableHeaders(captured.headers), body: captured.body }
     if (captured.body.byteLength > this.#options.maxStoredBodyBytes) {
-      // Issue 8 path 5: a success that is not recorded would be run again by every retry.
-      await this.#letGo()
-      return this.#notReplayable(
-        `the ${status} response has ${captured.body.byteLength} bytes, more than maxStoredBodyBytes (${this.#options.maxStoredBodyBytes}), so it cannot be stored and replayed`,
-      )
+      // Issue 8 path 5 and issue 23: an outcome that is not recorded would be run again by every
+      // retry, so the outcome is recorded with a marker in place of the body: the first caller
+      // gets the response, a retry the result-unavailable problem, and nothing runs twice.
+      const reason = `the ${status} response had ${captured.body.byteLength} bytes, more than maxStoredBodyBytes (${this.#options.maxStoredBodyBytes}), so it was not stored`
+      const marker = resultUnavailableResponse(status, reason, this.#options.keyTtlSeconds)
+      this.#options.log.warn({ ...this.logFields, code: 'ONCELY_RESPONSE_NOT_REPLAYABLE', instance: marker.instance }, `oncely: ${reason}; a retry is answered 500 result-unavailable`)
+      response = marker.response
     }
-    const response: StoredResponse = { status, headers: storableHeaders(captured.headers), body: captured.body }
     try {
       await this.#store(status < 400 ? 'completed' : 'failed', response)
     } catch (error) {
@@ -111,25 +115,30 @@ export class GuardedExecution<Tx> {
   /** The answer to a completion that did not land, by what the engine says happened. */
   async #storeFailed(error: unknown): Promise<[HttpAnswer, number, Outcome]> {
     if (isOncelyError(error, 'ONCELY_LOCK_LOST')) {
-      return [conflictAnswer(1, 'another request took this Idempotency-Key over while it was processed; retry to get its outcome'), 409, 'conflict']
+      return [conflictAnswer(1, 'another request took this Idempotency-Key over while it was processed; retry to get its outcome', this.#options.keyTtlSeconds), 409, 'conflict']
     }
     if (isOncelyError(error, 'ONCELY_OUTCOME_NOT_RECORDED')) {
       // The engine kept the claim suspended with the error recorded: retrying cannot help until
       // the cause is fixed, and then the retry resumes after the last committed step.
       const detail = 'the outcome of this request could not be recorded, for a reason a retry will not fix; the operation is kept for an operator, quote the instance to support'
-      const answer = problem({ status: 500, type: PROBLEM_TYPES.outcomeNotRecorded, title: 'Outcome not recorded', detail, retryable: false })
+      const advice = { newKeySafe: false, state: 'suspended' } as const
+      const answer = problem({ status: 500, type: PROBLEM_TYPES.outcomeNotRecorded, title: 'Outcome not recorded', detail, retryable: false, advice, keyTtlSeconds: this.#options.keyTtlSeconds })
       this.#options.log.error({ ...this.logFields, code: 'ONCELY_OUTCOME_NOT_RECORDED', instance: answer.instance }, `oncely: the outcome could not be recorded: ${this.#describe(error)}`)
       return [answer, 500, 'failed']
     }
     await this.#letGo()
+    const advice = this.#afterLetGo()
+    const ttl = this.#options.keyTtlSeconds
     const answer = isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')
-      ? storeUnavailableAnswer('the outcome of this request could not be recorded while the database is away; retry with the same Idempotency-Key')
+      ? storeUnavailableAnswer('the outcome of this request could not be recorded while the database is away; retry with the same Idempotency-Key', ttl, advice.state)
       : problem({
           status: 503,
           type: PROBLEM_TYPES.outcomeNotRecorded,
           title: 'Outcome not recorded',
           detail: 'the outcome of this request could not be recorded; retry with the same Idempotency-Key',
           retryable: true,
+          advice,
+          keyTtlSeconds: ttl,
           headers: [['retry-after', '1']],
         })
     this.#options.log.error({ ...this.logFields, ...codeOf(error), instance: answer.instance }, `oncely: the outcome could not be stored: ${this.#describe(error)}`)
@@ -137,7 +146,7 @@ export class GuardedExecution<Tx> {
   }
 
   #notReplayable(detail: string): [HttpAnswer, number, Outcome] {
-    const answer = problem({ status: 500, type: PROBLEM_TYPES.notReplayable, title: 'Response not replayable', detail, retryable: false })
+    const answer = problem({ status: 500, type: PROBLEM_TYPES.notReplayable, title: 'Response not replayable', detail, retryable: false, advice: this.#afterLetGo(), keyTtlSeconds: this.#options.keyTtlSeconds })
     this.#options.log.error({ ...this.logFields, code: 'ONCELY_RESPONSE_NOT_REPLAYABLE', instance: answer.instance }, `oncely: ${detail}`)
     return [answer, 500, 'failed']
   }
@@ -164,6 +173,17 @@ export class GuardedExecution<Tx> {
 
   #describe(error: unknown): string {
     return describeForLog(error, this.#execution.key)
+  }
+
+  /**
+   * What a client may do once the claim was let go: a new key is safe only when the claim was
+   * released, which happens only while no step can have had a side effect (Invariant 7). A claim
+   * that could not be let go stays held until it goes stale, or another request holds it.
+   */
+  #afterLetGo(): Omit<KeyAdvice, 'retrySameKey'> {
+    const { state } = this.#execution
+    if (state === 'released') return { newKeySafe: true, state: 'none' }
+    return { newKeySafe: false, state: state === 'suspended' ? 'suspended' : 'running' }
   }
 
   /** Invariant 7: release while nothing can have happened, else suspend so a retry resumes. */

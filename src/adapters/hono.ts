@@ -2,7 +2,7 @@ import type { Context, Env, MiddlewareHandler } from 'hono'
 import { matchedRoutes } from 'hono/route'
 import type { HttpAnswer } from './answers.js'
 import { isJsonContentType } from './body.js'
-import { beginGuarded, signalAborted, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
+import { beginGuarded, signalAborted, isGuarded, keyTtlHeaders, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
 export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
@@ -47,8 +47,10 @@ export function idempotency<Tx = unknown, E extends Env = Env>(
       clientGone: signalAborted(() => c.req.raw.signal),
     })
     if (gate.kind === 'answer') return toResponse(gate.answer)
+    const ttl = keyTtlHeaders(resolved.keyTtlSeconds)
     if (gate.kind === 'unkeyed') {
       await next()
+      advertise(c, ttl)
       return void gate.finish(c.res.status)
     }
     c.set('idempotency', gate.guard.context)
@@ -85,8 +87,19 @@ export function idempotency<Tx = unknown, E extends Env = Env>(
       throw error
     }
     const replacement = await gate.guard.settle({ kind: 'response', status: res.status, headers: res.headers.entries(), body })
-    replace(c, replacement ?? new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers }))
+    if (replacement) return replace(c, replacement)
+    const headers = new Headers(res.headers)
+    for (const [name, value] of ttl) headers.set(name, value)
+    replace(c, new Response(body, { status: res.status, statusText: res.statusText, headers }))
   }
+}
+
+/** Adds the key TTL header to an unguarded handler's response, copying it when its headers are immutable (a fetched response). */
+function advertise(c: Context, pairs: ReadonlyArray<readonly [string, string]>): void {
+  if (pairs.length === 0) return
+  const headers = new Headers(c.res.headers)
+  for (const [name, value] of pairs) headers.set(name, value)
+  replace(c, new Response(c.res.body, { status: c.res.status, statusText: c.res.statusText, headers }))
 }
 
 /** Sets `c.res` without merging the headers of the response it replaces. */

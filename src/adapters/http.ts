@@ -4,11 +4,13 @@ import { conflictAnswer, problem, PROBLEM_TYPES, replayAnswer, storeUnavailableA
 import { withoutFields } from './excluded-fields.js'
 import { GuardedExecution, report, type DecidedRequest, type Outcome } from './guarded-execution.js'
 import { codeOf, describeForLog, requestLogFields } from './log-fields.js'
+import { withKeyTtl } from './key-ttl.js'
 import type { ResolvedAdapterOptions } from './options.js'
 import type { RequestParts } from './request-context.js'
 import { beginWaiting } from './waiting.js'
 
 export * from './answers.js'
+export * from './key-ttl.js'
 export * from './options.js'
 export * from './request-context.js'
 export * from './stored-headers.js'
@@ -37,10 +39,13 @@ export function isGuarded(options: ResolvedAdapterOptions<never, unknown>, metho
 export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req, Tx>, request: Req, parts: RequestParts): Promise<Gate<Tx>> {
   const startedAt = performance.now()
   let decided: DecidedRequest | undefined
+  const ttl = options.keyTtlSeconds
   const answer = (outcome: Outcome, response: HttpAnswer): Gate<Tx> => {
     report(options, outcome, response.status, startedAt, response.instance, undefined, decided)
-    return { kind: 'answer', answer: response }
+    return { kind: 'answer', answer: withKeyTtl(response, ttl) }
   }
+  // Before the claim: nothing ran for this request, so a new key cannot run anything twice.
+  const nothingRan = { newKeySafe: true, state: 'none' } as const
   const sentKey = parts.key === undefined || parts.key === null ? undefined : typeof parts.key === 'string' ? parts.key : parts.key.join(', ')
   let fields = requestLogFields({ method: parts.method, route: parts.route, key: sentKey })
   if (sentKey === undefined && !options.required) {
@@ -49,14 +54,14 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
   if (parts.bodyNotRead) {
     // Issue 8 path 14: a fingerprint without the body would replay a different request.
     const detail = `${parts.method.toUpperCase()} ${parts.route} has a request body the idempotency guard cannot see: mount a body parser for its content type (express.json(), express.raw() …) before idempotency()`
-    const refusal = problem({ status: 500, type: PROBLEM_TYPES.bodyNotRead, title: 'Request body not read', detail, retryable: false })
+    const refusal = problem({ status: 500, type: PROBLEM_TYPES.bodyNotRead, title: 'Request body not read', detail, retryable: false, advice: nothingRan, keyTtlSeconds: ttl })
     options.log.error({ ...fields, instance: refusal.instance }, `oncely: ${detail}`)
     return answer('failed', refusal)
   }
   const scope = await options.scope(request)
   if (typeof scope === 'string' || typeof scope === 'number') fields = requestLogFields({ method: parts.method, route: parts.route, scope, key: sentKey })
   if (scope === undefined || scope === '') {
-    return answer('invalid', problem({ status: 401, type: PROBLEM_TYPES.unauthenticated, title: 'Unauthenticated', detail: 'this request must be authenticated to use an Idempotency-Key', retryable: false }))
+    return answer('invalid', problem({ status: 401, type: PROBLEM_TYPES.unauthenticated, title: 'Unauthenticated', detail: 'this request must be authenticated to use an Idempotency-Key', retryable: false, advice: nothingRan, keyTtlSeconds: ttl }))
   }
   const fingerprint = fingerprintRequest({
     method: parts.method,
@@ -74,11 +79,11 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
     if (isOncelyError(error, 'ONCELY_INVALID_SCOPE')) {
       // A bug in the scope option, not an outage: retrying cannot help.
       const detail = 'the scope option gave neither a non-empty string nor a finite number for this request'
-      const refusal = problem({ status: 500, type: 'about:blank', title: 'Internal Server Error', detail, retryable: false })
+      const refusal = problem({ status: 500, type: 'about:blank', title: 'Internal Server Error', detail, retryable: false, advice: nothingRan, keyTtlSeconds: ttl })
       options.log.error({ ...fields, code: 'ONCELY_INVALID_SCOPE', instance: refusal.instance }, `oncely: ${describeForLog(error, sentKey)}`)
       return answer('failed', refusal)
     }
-    const unavailable = storeUnavailableAnswer('the idempotency record could not be read; retry with the same key')
+    const unavailable = storeUnavailableAnswer('the idempotency record could not be read; retry with the same key', ttl)
     options.log.error({ ...fields, ...codeOf(error), instance: unavailable.instance }, `oncely: the idempotency store failed to answer: ${describeForLog(error, sentKey)}`)
     return answer('failed', unavailable)
   }
@@ -89,15 +94,18 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
     case 'replay':
       return answer('replayed', replayAnswer(decision.response, options.xIdempotentReplayed))
     case 'conflict':
-      return answer('conflict', conflictAnswer(decision.retryAfterSeconds, 'a request with this Idempotency-Key is still being processed; retry later'))
+      return answer('conflict', conflictAnswer(decision.retryAfterSeconds, 'a request with this Idempotency-Key is still being processed; retry later', ttl))
     case 'mismatch': {
       const detail = 'this Idempotency-Key was already used with a different request'
-      return answer('mismatch', problem({ status: 422, type: PROBLEM_TYPES.keyReused, title: 'Idempotency-Key reused', detail, retryable: false, idempotencyKey: sentKey }))
+      // The key names an operation that exists: whether this request is a new one or an altered
+      // retry of it, only the client knows, so a new key is not called safe.
+      const advice = { newKeySafe: false, state: decision.state }
+      return answer('mismatch', problem({ status: 422, type: PROBLEM_TYPES.keyReused, title: 'Idempotency-Key reused', detail, retryable: false, advice, keyTtlSeconds: ttl, idempotencyKey: sentKey }))
     }
     case 'invalid':
       return sentKey === undefined
-        ? answer('invalid', problem({ status: 400, type: PROBLEM_TYPES.keyMissing, title: 'Idempotency-Key missing', detail: `${parts.method.toUpperCase()} ${parts.route} requires an Idempotency-Key header`, retryable: false }))
-        : answer('invalid', problem({ status: 400, type: PROBLEM_TYPES.keyInvalid, title: 'Idempotency-Key invalid', detail: decision.reason, retryable: false, idempotencyKey: sentKey }))
+        ? answer('invalid', problem({ status: 400, type: PROBLEM_TYPES.keyMissing, title: 'Idempotency-Key missing', detail: `${parts.method.toUpperCase()} ${parts.route} requires an Idempotency-Key header`, retryable: false, advice: nothingRan, keyTtlSeconds: ttl }))
+        : answer('invalid', problem({ status: 400, type: PROBLEM_TYPES.keyInvalid, title: 'Idempotency-Key invalid', detail: decision.reason, retryable: false, advice: nothingRan, keyTtlSeconds: ttl, idempotencyKey: sentKey }))
   }
 }
 

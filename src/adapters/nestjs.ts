@@ -7,7 +7,7 @@ import type { Request, Response } from 'express'
 import { of, type Observable } from 'rxjs'
 import { invalid } from '../option-validation.js'
 import { requestHasBody } from './body.js'
-import { captureServerResponse, sendAnswer } from './capture-server-response.js'
+import { captureServerResponse, sendAnswer, setKeyTtl } from './capture-server-response.js'
 import { routePattern } from './express-route.js'
 import { beginGuarded, responseClosed, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext, type ResolvedAdapterOptions } from './http.js'
 
@@ -58,6 +58,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       key: req.headers['idempotency-key'],
       clientGone: responseClosed(res),
     })
+    if (gate.kind !== 'answer') setKeyTtl(res, this.#options.keyTtlSeconds)
     if (gate.kind === 'unkeyed') {
       res.once('close', () => gate.finish(res.statusCode))
       return next.handle()

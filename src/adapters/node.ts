@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { invalid, positiveInteger } from '../option-validation.js'
 import { problem, PROBLEM_TYPES } from './answers.js'
 import { isJsonContentType } from './body.js'
-import { captureServerResponse, sendAnswer } from './capture-server-response.js'
+import { captureServerResponse, sendAnswer, setKeyTtl } from './capture-server-response.js'
 import { beginGuarded, responseClosed, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
@@ -21,6 +21,10 @@ export interface NodeAdapterOptions<Tx = unknown> extends AdapterOptions<Incomin
   /** The route pattern and params of a request, for the fingerprint. (Default: the path, no params) */
   route?: (request: IncomingMessage) => RouteMatch
 }
+
+// The body is read before the route is matched: nothing has run. After a fault, nothing is known.
+const BEFORE_ANY_CLAIM = Object.freeze({ newKeySafe: true, state: 'none' } as const)
+const NOT_KNOWN = Object.freeze({ newKeySafe: false, state: 'unknown' } as const)
 
 /** What the wrapped handler receives besides `req` and `res`. */
 export interface NodeHandlerContext<Tx = unknown> {
@@ -59,10 +63,10 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
     const rawBody = await readBody(req, maxBodyBytes)
     if (rawBody === undefined) {
       const detail = `the request body exceeds ${maxBodyBytes} bytes`
-      return sendAnswer(res, problem({ status: 413, type: PROBLEM_TYPES.bodyTooLarge, title: 'Body too large', detail, retryable: false, headers: [['connection', 'close']] }))
+      return sendAnswer(res, problem({ status: 413, type: PROBLEM_TYPES.bodyTooLarge, title: 'Body too large', detail, retryable: false, advice: BEFORE_ANY_CLAIM, headers: [['connection', 'close']] }))
     }
     const body = parseBody(req, rawBody)
-    if (body instanceof SyntaxError) return sendAnswer(res, problem({ status: 400, type: PROBLEM_TYPES.invalidJson, title: 'Invalid JSON', detail: body.message, retryable: false }))
+    if (body instanceof SyntaxError) return sendAnswer(res, problem({ status: 400, type: PROBLEM_TYPES.invalidJson, title: 'Invalid JSON', detail: body.message, retryable: false, advice: BEFORE_ANY_CLAIM }))
     const url = new URL(req.url ?? '/', 'http://localhost')
     const route = routeOf(req)
     const method = req.method ?? 'GET'
@@ -78,6 +82,7 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
       clientGone: responseClosed(res),
     })
     if (gate.kind === 'answer') return sendAnswer(res, gate.answer)
+    setKeyTtl(res, resolved.keyTtlSeconds)
     if (gate.kind === 'unkeyed') {
       res.once('close', () => gate.finish(res.statusCode))
       return handler(req, res, { body, rawBody, idempotency: undefined })
@@ -96,7 +101,7 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
       // The path without its query string, which may carry a token; the route option may be what threw.
       resolved.log.error({ route: `${req.method ?? ''} ${(req.url ?? '').split('?')[0] ?? ''}` }, `oncely: the handler failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`)
       if (res.headersSent || res.writableEnded) res.destroy()
-      else sendAnswer(res, problem({ status: 500, type: 'about:blank', title: 'Internal Server Error', detail: 'the request could not be processed', retryable: true }))
+      else sendAnswer(res, problem({ status: 500, type: 'about:blank', title: 'Internal Server Error', detail: 'the request could not be processed', retryable: true, advice: NOT_KNOWN }))
     })
   }
 }

@@ -53,9 +53,9 @@ export interface AdapterOptions<Req, Tx = unknown> {
   /** Query parameters that change the meaning of a request and enter its fingerprint. (Default: `[]`) */
   query?: readonly string[]
   /**
-   * The largest response body stored. A larger one cannot be replayed, so it is never sent as a
-   * success: the client gets 500 `…/response-not-replayable` and the key is released or suspended.
-   * (Default: 1048576)
+   * The largest response body stored. A larger one is sent to the first caller and its outcome
+   * recorded without it: a retry with the key gets 500 `…/result-unavailable` (`result_status`
+   * the status first sent) and never runs the operation again. (Default: 1048576)
    */
   maxStoredBodyBytes?: number
   /**
@@ -83,6 +83,13 @@ export interface AdapterOptions<Req, Tx = unknown> {
   /** Also send `X-Idempotent-Replayed: true` on a replay, for clients written for other servers. (Default: `false`) */
   xIdempotentReplayed?: boolean
   /**
+   * Advertise how long a key is remembered, the engine's `ttlMs` in whole seconds: an
+   * `Idempotency-Key-TTL` header on every answer of a guarded route (first answers, replays,
+   * problems) and `key_ttl_seconds` in every problem body. `false` sends neither.
+   * (Default: `true`)
+   */
+  keyTtlHeader?: boolean
+  /**
    * Where the adapter logs what it cannot do (store a response, reach the database…): a
    * pino-style logger (`info/warn/error(fields, message)`), given `scope`, `key` (hashed with
    * `logKey`: 16 hex characters, never the key itself), `route` (`METHOD /pattern`), `code` and
@@ -106,6 +113,8 @@ export interface ResolvedAdapterOptions<Req, Tx = unknown> {
   readonly excludeBodyFields: readonly Pointer[]
   readonly xIdempotentReplayed: boolean
   readonly waitMs: (method: string, route: string) => number
+  /** The key TTL advertised, in whole seconds; `undefined` when `keyTtlHeader` is `false`. */
+  readonly keyTtlSeconds: number | undefined
   readonly log: Logger
   readonly onOutcome: ((event: OutcomeEvent) => void) | undefined
 }
@@ -140,6 +149,7 @@ export function resolveAdapterOptions<Req, Tx>(options: AdapterOptions<Req, Tx>)
     excludeBodyFields: parsePointers('excludeBodyFields', options.excludeBodyFields ?? []),
     xIdempotentReplayed: optionalBoolean('xIdempotentReplayed', options.xIdempotentReplayed) ?? false,
     waitMs: resolveWaitMs(options.waitMs),
+    keyTtlSeconds: advertisedTtlSeconds(engine, optionalBoolean('keyTtlHeader', options.keyTtlHeader) ?? true),
     log,
     onOutcome,
   })
@@ -154,6 +164,12 @@ function resolveWaitMs(waitMs: AdapterOptions<never>['waitMs']): (method: string
   if (typeof waitMs === 'function') return (method, route) => checked(waitMs(method, route))
   const fixed = checked(waitMs ?? 0)
   return () => fixed
+}
+
+/** Whole seconds, rounded down: the key is remembered at least that long. An engine without options (a test double) advertises nothing. */
+function advertisedTtlSeconds(engine: Engine<unknown>, advertise: boolean): number | undefined {
+  const ttlMs = (engine as Partial<Engine<unknown>>).options?.ttlMs
+  return advertise && typeof ttlMs === 'number' ? Math.floor(ttlMs / 1000) : undefined
 }
 
 /** A logger that throws must never turn an answered request into a crash. */

@@ -1,10 +1,12 @@
 /**
  * Headers never stored: hop-by-hop ones, those the server computes for each response, cookies
- * (a replayed session cookie would outlive its session) and the replay marks themselves.
+ * (a replayed session cookie would outlive its session), the replay marks themselves and the key TTL.
  */
 const NOT_STORED = new Set([
   'connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection', 'te', 'trailer',
   'transfer-encoding', 'upgrade', 'date', 'content-length', 'set-cookie', 'idempotent-replayed', 'x-idempotent-replayed',
+  // Advertised afresh on every answer, from the options in force then.
+  'idempotency-key-ttl',
 ])
 
 export type HeaderValue = string | number | readonly string[] | undefined

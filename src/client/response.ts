@@ -1,5 +1,6 @@
 import type { OncelyError } from '../errors.js'
 import type { Attempt } from './attempt.js'
+import { keyAdviceOf, type KeyAdvice } from './key-advice.js'
 
 /**
  * The final response of a call: read whole inside its attempt, so a connection cut halfway
@@ -18,6 +19,12 @@ export interface ClientResponse {
    * servers send).
    */
   readonly replayed: boolean
+  /**
+   * What the server says may be done next with the key (`retry_same_key`, `new_key_safe`,
+   * `operation_state` of an oncely problem, and the `Idempotency-Key-TTL` header); every member
+   * `undefined` when the server sent none.
+   */
+  readonly advice: KeyAdvice
   /** The `Idempotency-Key` the call carried (the same on every attempt). */
   readonly key: string | undefined
   /** Every attempt of the call, this response's last. */
@@ -51,6 +58,7 @@ export function clientResponse(
     headers,
     replayed: isTrue(headers.get('idempotent-replayed')) || isTrue(headers.get('x-idempotent-replayed')),
     body,
+    advice: keyAdviceOf(headers, body),
     key,
     attempts,
     finishError,

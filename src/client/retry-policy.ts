@@ -24,6 +24,15 @@ export function isRetryableStatus(status: number): boolean {
   return (status >= 500 && status <= 599) || RETRYABLE_CLIENT_ERRORS.has(status)
 }
 
+/**
+ * Whether a response is worth another attempt with the same key: a retryable status, unless the
+ * server says a retry with this key cannot change the answer (`retry_same_key: false`, such as
+ * oncely's 500 `…/result-unavailable` or `…/outcome-not-recorded`).
+ */
+export function isWorthRetrying(status: number, advice: { readonly retrySameKey: boolean | undefined }): boolean {
+  return isRetryableStatus(status) && advice.retrySameKey !== false
+}
+
 export function honoursRetryAfter(status: number): boolean {
   return RETRY_AFTER_STATUSES.has(status)
 }

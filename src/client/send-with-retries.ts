@@ -6,7 +6,7 @@ import { ClientAbortedError, ClientGaveUpError, ClientRequestFailedError } from 
 import type { ResolvedClientOptions } from './options.js'
 import { clientResponse, type ClientResponse } from './response.js'
 import { redactUrl } from './redact-url.js'
-import { honoursRetryAfter, isRetryableStatus, networkFailureCode } from './retry-policy.js'
+import { honoursRetryAfter, isWorthRetrying, networkFailureCode } from './retry-policy.js'
 
 /** One call, rendered once: every attempt sends exactly these bytes and this key. */
 export interface PreparedRequest {
@@ -29,7 +29,8 @@ type AttemptResult =
  * Sends `request` until a response that is not worth retrying arrives, then returns it (any
  * status: a 422 is an answer, and so is a 3xx, never followed). Network failures, attempt
  * timeouts, 5xx, 408, 409, 425 and 429 are retried with full-jitter backoff, or after
- * `Retry-After` on 409, 429 and 503, within `maxAttempts` and the deadline.
+ * `Retry-After` on 409, 429 and 503, within `maxAttempts` and the deadline; never a response
+ * whose problem says `retry_same_key: false`.
  */
 export async function sendWithRetries(request: PreparedRequest, options: ResolvedClientOptions): Promise<ClientResponse> {
   const deadline = request.deadlineAt
@@ -58,7 +59,7 @@ export async function sendWithRetries(request: PreparedRequest, options: Resolve
       response = clientResponse(result.status, result.headers, result.body, request.key, [...attempts])
       // The whole final response has arrived: an abort from here on no longer discards it, or
       // the caller would take a 201 for a failure (issue 22).
-      if (!isRetryableStatus(result.status)) return response
+      if (!isWorthRetrying(result.status, response.advice)) return response
       if (request.signal?.aborted) throw aborted(attempts, request)
     } else if (attempt.networkFailure === undefined && !(result.error instanceof AttemptTimeoutError)) {
       throw new ClientRequestFailedError(`${describeRequest(request)}: not retried, ${describeAttempt(attempt)}`, [...attempts], result.error)

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { OncelyError } from '../errors.js'
-import { decide } from './decide.js'
+import { decide, type KeyState } from './decide.js'
 import { storedFingerprint } from './fingerprint.js'
 import type { ResolvedEngineOptions } from './options.js'
 import { retryTransient } from './retry.js'
@@ -12,7 +12,7 @@ export type ClaimOutcome =
   | { kind: 'owned'; claim: ClaimState; how: ClaimKind }
   | { kind: 'replay'; response: StoredResponse }
   | { kind: 'conflict'; retryAfterSeconds: number }
-  | { kind: 'mismatch' }
+  | { kind: 'mismatch'; state: KeyState }
 
 const ROUNDS = 3
 

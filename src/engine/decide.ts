@@ -12,12 +12,21 @@ export interface DecisionTiming {
   conflictRetryAfterMs: number
 }
 
+/** A key's row as a client is told of it: a claim held (`running`) or waiting (`suspended`), or its outcome. */
+export type KeyState = 'running' | 'suspended' | 'completed' | 'failed'
+
+/** The state of a key's row: an `in_progress` claim without a holder is suspended. */
+export function keyStateOf(snapshot: Pick<ClaimSnapshot, 'status' | 'fenceToken'>): KeyState {
+  if (snapshot.status !== 'in_progress') return snapshot.status
+  return snapshot.fenceToken === null ? 'suspended' : 'running'
+}
+
 /** What to do with a request whose key already has a row. */
 export type SnapshotDecision =
   /** A settled key past its TTL: it is a new request, claimed again under a new identity. */
   | { kind: 'reclaim-expired' }
-  /** The key was used with a different request: 422, whatever the state (Invariant 5). */
-  | { kind: 'mismatch' }
+  /** The key was used with a different request: 422, whatever the state (Invariant 5), which it names. */
+  | { kind: 'mismatch'; state: KeyState }
   /** The key completed or failed: answer with its stored response, verbatim. */
   | { kind: 'replay'; response: StoredResponse }
   /** A suspended claim, or one whose owner stopped renewing: take it over with its identity. */
@@ -49,7 +58,7 @@ export type SnapshotDecision =
 export function decide(snapshot: ClaimSnapshot, request: { fingerprint: string }, timing: DecisionTiming, elapsedMs = 0): SnapshotDecision {
   const settled = snapshot.status !== 'in_progress'
   if (settled && snapshot.expiresInMs - elapsedMs <= 0) return { kind: 'reclaim-expired' }
-  if (!fingerprintsMatch(snapshot.fingerprint, request.fingerprint)) return { kind: 'mismatch' }
+  if (!fingerprintsMatch(snapshot.fingerprint, request.fingerprint)) return { kind: 'mismatch', state: keyStateOf(snapshot) }
   if (settled) {
     if (snapshot.response === null) {
       throw new OncelyError('ONCELY_STORE_UNEXPECTED', `key ${JSON.stringify(snapshot.key)} is ${snapshot.status} but has no stored response`)

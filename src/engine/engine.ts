@@ -1,8 +1,10 @@
 import { OncelyError } from '../errors.js'
 import { invalid } from '../option-validation.js'
 import { claimKey } from './claim.js'
+import type { KeyState } from './decide.js'
 import { publishDecision } from './events.js'
 import { Execution } from './execution.js'
+import { inspectOperation, type InspectInput, type OperationRecord } from './inspect.js'
 import { parseIdempotencyKey } from './key.js'
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js'
 import type { StoredResponse } from './types.js'
@@ -32,8 +34,8 @@ export type Decision<Tx = unknown> =
   | { kind: 'replay'; response: StoredResponse }
   /** The operation is running elsewhere: 409, retry after the hint. */
   | { kind: 'conflict'; retryAfterSeconds: number }
-  /** The key was used with a different request: 422, never a replay. */
-  | { kind: 'mismatch' }
+  /** The key was used with a different request: 422, never a replay. `state` is the key's own operation. */
+  | { kind: 'mismatch'; state: KeyState }
   /** The key is missing or malformed: 400, nothing stored. */
   | { kind: 'invalid'; reason: string }
 
@@ -90,6 +92,18 @@ export interface Engine<Tx = unknown> {
     handler: (execution: Execution<Tx>) => Promise<StoredResponse>,
     options?: { onFailure?: FailurePolicy } & WaitOptions,
   ): Promise<RunResult<Tx>>
+  /**
+   * Looks an operation up by scope and key, for support tools: its state, steps and stored
+   * response, or null when there is none. Read-only, one round trip through the store's `read`
+   * (a Redis cache in front passes it through). Store errors reject.
+   *
+   * @example
+   * ```ts
+   * const operation = await engine.inspect({ scope: '42', key: 'order-42' })
+   * if (operation?.state === 'completed') console.log(operation.response?.status, Object.keys(operation.steps))
+   * ```
+   */
+  inspect(input: InspectInput): Promise<OperationRecord | null>
 }
 
 /**
@@ -144,7 +158,9 @@ export function createEngine<Tx>(options: EngineOptions<Tx>): Engine<Tx> {
     return { kind: 'executed', response }
   }
 
-  return Object.freeze({ options: resolved, begin, run })
+  const inspect = async (input: InspectInput) => inspectOperation(resolved.store, scopeOf(input.scope), input.key, resolved.staleAfterMs)
+
+  return Object.freeze({ options: resolved, begin, run, inspect })
 }
 
 /** Issue 23: a bad wait is the caller's bug, refused before the claim. */

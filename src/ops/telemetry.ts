@@ -1,6 +1,7 @@
 import type { BeginInput, Decision, Engine, FailurePolicy, RunResult } from '../engine/engine.js'
 import type { EngineEventName } from '../engine/events.js'
 import type { Execution } from '../engine/execution.js'
+import type { InspectInput } from '../engine/inspect.js'
 import type { StoredResponse } from '../engine/types.js'
 import type { WaitOptions } from '../engine/wait.js'
 import { isOncelyError } from '../errors.js'
@@ -104,5 +105,6 @@ export function instrumentEngine<Tx>(engine: Engine<Tx>, options: { tracer?: Tra
     return result
   }
 
-  return Object.freeze({ options: engine.options, begin, run })
+  // A read for support tools, not a request: no span.
+  return Object.freeze({ options: engine.options, begin, run, inspect: (input: InspectInput) => engine.inspect(input) })
 }

@@ -30,8 +30,17 @@ interface Problem {
   detail: string
   instance: string
   retryable: boolean
+  retry_same_key: boolean
+  new_key_safe: boolean
+  operation_state: string
+  key_ttl_seconds?: number
   idempotency_key?: string
+  result_status?: number
 }
+
+/** The engine's default ttlMs (24 h) in seconds: what guarded routes advertise. */
+const TTL_SECONDS = '86400'
+const OPERATION_STATES = ['none', 'running', 'suspended', 'completed', 'failed', 'unknown']
 
 /** A route whose handler counts its calls. */
 function counted(method: TestRoute['method'], path: string, handler: (input: HandlerInput, call: number) => Promise<HandlerOutput>) {
@@ -76,6 +85,12 @@ export function conformanceSuite(harness: AdapterHarness): void {
       const body = JSON.parse(response.body.toString('utf8')) as Problem
       expect(body.instance).toMatch(/^urn:uuid:[0-9a-f-]{36}$/)
       expect(typeof body.retryable).toBe('boolean')
+      // Issue 23: every problem says what is safe, and how long the key lives.
+      expect(typeof body.retry_same_key).toBe('boolean')
+      expect(typeof body.new_key_safe).toBe('boolean')
+      expect(OPERATION_STATES).toContain(body.operation_state)
+      expect(String(body.key_ttl_seconds)).toBe(TTL_SECONDS)
+      expect(response.headers.get('idempotency-key-ttl')).toBe(TTL_SECONDS)
       return body
     }
 
@@ -133,7 +148,13 @@ export function conformanceSuite(harness: AdapterHarness): void {
         const second = await app.request(post('/v1/charges', key, { amount: 1 }))
         expect(second.status).toBe(409)
         expect(second.headers.get('retry-after')).toMatch(/^\d+$/)
-        expect(problemOf(second)).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-key-in-use', status: 409 })
+        expect(problemOf(second)).toMatchObject({
+          type: 'https://oncely.dev/problems/idempotency-key-in-use',
+          status: 409,
+          retry_same_key: true,
+          new_key_safe: false,
+          operation_state: 'running',
+        })
         release.resolve()
         expect((await first).status).toBe(201)
         const third = await app.request(post('/v1/charges', key, { amount: 1 }))
@@ -152,7 +173,15 @@ export function conformanceSuite(harness: AdapterHarness): void {
         expect([reordered.status, reordered.headers.get('idempotent-replayed')]).toEqual([201, 'true'])
         const different = await app.request(post('/v1/charges', key, { amount: 2000, currency: 'usd', meta: { a: 1, b: 2 } }))
         expect(different.status).toBe(422)
-        expect(problemOf(different)).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-key-reused', status: 422, retryable: false, idempotency_key: key })
+        expect(problemOf(different)).toMatchObject({
+          type: 'https://oncely.dev/problems/idempotency-key-reused',
+          status: 422,
+          retryable: false,
+          idempotency_key: key,
+          retry_same_key: false,
+          new_key_safe: false,
+          operation_state: 'completed',
+        })
         expect(charges.calls).toBe(1)
       })
     })
@@ -162,7 +191,14 @@ export function conformanceSuite(harness: AdapterHarness): void {
       await withApp({}, [charges], async (app) => {
         const missing = await app.request(post('/v1/charges', undefined, { amount: 1 }, user(7)))
         expect(missing.status).toBe(400)
-        expect(problemOf(missing)).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-key-missing', status: 400, retryable: false })
+        expect(problemOf(missing)).toMatchObject({
+          type: 'https://oncely.dev/problems/idempotency-key-missing',
+          status: 400,
+          retryable: false,
+          retry_same_key: false,
+          new_key_safe: true,
+          operation_state: 'none',
+        })
         const tooLong = await app.request(post('/v1/charges', 'k'.repeat(256), { amount: 1 }, user(7)))
         expect(tooLong.status).toBe(400)
         expect(problemOf(tooLong)).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-key-invalid', status: 400, idempotency_key: 'k'.repeat(256) })
@@ -196,7 +232,7 @@ export function conformanceSuite(harness: AdapterHarness): void {
       await withApp({}, [charges], async (app) => {
         const response = await app.request(post('/v1/charges', randomUUID(), { amount: 1 }, { authorization: 'Bearer nobody' }))
         expect(response.status).toBe(401)
-        expect(problemOf(response)).toMatchObject({ type: 'https://oncely.dev/problems/unauthenticated', status: 401 })
+        expect(problemOf(response)).toMatchObject({ type: 'https://oncely.dev/problems/unauthenticated', status: 401, retry_same_key: false, new_key_safe: true, operation_state: 'none' })
         expect(charges.calls).toBe(0)
       })
     })
@@ -217,26 +253,68 @@ export function conformanceSuite(harness: AdapterHarness): void {
       })
     })
 
-    it('never sends a success above maxStoredBodyBytes: 500 not-replayable, no business rows, a retry runs again', async () => {
+    it('records an outcome above maxStoredBodyBytes as result-unavailable: the first caller gets it, a retry a 500 problem, never a second run', async () => {
       const lines: string[] = []
       const id = `ch_${randomUUID()}`
+      const bigBody = 'x'.repeat(2 * 1024 * 1024)
       const big = counted('POST', '/v1/exports', async ({ idempotency }) => {
         idempotency!.writeOnCompletion(async (tx) => {
           await tx.query({ text: 'INSERT INTO adapter_charges (id) VALUES ($1)', values: [id] })
         })
-        return { status: 200, headers: { 'content-type': 'text/plain' }, body: 'x'.repeat(2 * 1024 * 1024) }
+        return { status: 200, headers: { 'content-type': 'text/plain' }, body: bigBody }
       })
       await withApp({ log: (line) => lines.push(line) }, [big], async (app) => {
         const key = randomUUID()
         const first = await app.request(post('/v1/exports', key, {}))
-        expect(first.status).toBe(500)
-        const body = problemOf(first)
-        expect(body).toMatchObject({ type: 'https://oncely.dev/problems/response-not-replayable', status: 500, retryable: false })
-        expect(lines.some((line) => line.includes('maxStoredBodyBytes') && line.includes(body.instance))).toBe(true)
-        expect((await db.pool.query('SELECT 1 FROM adapter_charges WHERE id = $1', [id])).rowCount).toBe(0)
+        expect([first.status, first.body.length, first.headers.get('idempotency-key-ttl')]).toEqual([200, bigBody.length, TTL_SECONDS])
+        // Invariant 8: the operation is recorded as done, so its business rows commit with it.
+        expect((await db.pool.query('SELECT 1 FROM adapter_charges WHERE id = $1', [id])).rowCount).toBe(1)
         const again = await app.request(post('/v1/exports', key, {}))
-        expect([again.status, again.headers.get('idempotent-replayed')]).toEqual([500, null])
-        expect(big.calls).toBe(2)
+        expect([again.status, again.headers.get('idempotent-replayed')]).toEqual([500, 'true'])
+        const body = problemOf(again)
+        expect(body).toMatchObject({
+          type: 'https://oncely.dev/problems/result-unavailable',
+          status: 500,
+          retryable: false,
+          retry_same_key: false,
+          new_key_safe: false,
+          operation_state: 'completed',
+          result_status: 200,
+        })
+        expect(body.detail).toContain('maxStoredBodyBytes')
+        expect(lines.some((line) => line.includes('maxStoredBodyBytes') && line.includes(body.instance))).toBe(true)
+        const third = await app.request(post('/v1/exports', key, {}))
+        expect(third.body.equals(again.body)).toBe(true)
+        expect(big.calls).toBe(1)
+      })
+    })
+
+    it('advertises the key TTL on first answers, replays, problems and unkeyed answers, stores none of it, and sends none with keyTtlHeader: false', async () => {
+      const charges = counted('POST', '/v1/charges', async (_input, call) => json(201, { id: `ch_${call}` }))
+      await withApp({ required: false }, [charges], async (app) => {
+        const key = randomUUID()
+        const first = await app.request(post('/v1/charges', key, { amount: 1 }))
+        const replay = await app.request(post('/v1/charges', key, { amount: 1 }))
+        const mismatch = await app.request(post('/v1/charges', key, { amount: 2 }))
+        const keyless = await app.request(post('/v1/charges', undefined, { amount: 1 }))
+        expect([first, replay, mismatch, keyless].map((response) => [response.status, response.headers.get('idempotency-key-ttl')])).toEqual([
+          [201, TTL_SECONDS],
+          [201, TTL_SECONDS],
+          [422, TTL_SECONDS],
+          [201, TTL_SECONDS],
+        ])
+        const stored = await db.pool.query<{ response_headers: unknown }>(`SELECT response_headers FROM ${table} WHERE user_id = '1' AND key = $1`, [key])
+        expect(JSON.stringify(stored.rows[0]?.response_headers)).toContain('content-type')
+        expect(JSON.stringify(stored.rows[0]?.response_headers)).not.toContain('idempotency-key-ttl')
+      })
+      await withApp({ keyTtlHeader: false }, [charges], async (app) => {
+        const key = randomUUID()
+        const first = await app.request(post('/v1/charges', key, { amount: 1 }))
+        const replay = await app.request(post('/v1/charges', key, { amount: 1 }))
+        const mismatch = await app.request(post('/v1/charges', key, { amount: 2 }))
+        expect([first, replay, mismatch].map((response) => response.headers.get('idempotency-key-ttl'))).toEqual([null, null, null])
+        const body = JSON.parse(mismatch.body.toString()) as Problem
+        expect([body.key_ttl_seconds, body.new_key_safe]).toEqual([undefined, false])
       })
     })
 
@@ -367,7 +445,12 @@ export function conformanceSuite(harness: AdapterHarness): void {
         const key = randomUUID()
         const response = await app.request(post('/v1/stream', key, {}))
         expect(response.status).toBe(500)
-        expect(problemOf(response).type).toBe('https://oncely.dev/problems/response-not-replayable')
+        expect(problemOf(response)).toMatchObject({
+          type: 'https://oncely.dev/problems/response-not-replayable',
+          retry_same_key: false,
+          new_key_safe: true,
+          operation_state: 'none',
+        })
         expect(lines.some((line) => line.includes('ONCELY_RESPONSE_NOT_REPLAYABLE'))).toBe(true)
         expect((await app.request(post('/v1/stream', key, {}))).status).toBe(500)
         expect(streaming.calls).toBe(2)
@@ -556,7 +639,7 @@ export function conformanceSuite(harness: AdapterHarness): void {
         expect(response.status).toBe(500)
         expect(response.headers.get('retry-after')).toBeNull()
         const body = problemOf(response)
-        expect(body).toMatchObject({ type: 'https://oncely.dev/problems/outcome-not-recorded', retryable: false })
+        expect(body).toMatchObject({ type: 'https://oncely.dev/problems/outcome-not-recorded', retryable: false, retry_same_key: false, new_key_safe: false, operation_state: 'suspended' })
         expect(lines.some((line) => line.includes('ONCELY_OUTCOME_NOT_RECORDED') && line.includes(body.instance))).toBe(true)
       })
     })
@@ -615,7 +698,13 @@ export function conformanceSuite(harness: AdapterHarness): void {
           const atClaim = await app.request(post('/v1/charges', key, { amount: 1 }))
           expect([atClaim.status, atClaim.headers.get('retry-after')]).toEqual([503, '1'])
           const body = problemOf(atClaim)
-          expect(body).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-store-unavailable', retryable: true })
+          expect(body).toMatchObject({
+            type: 'https://oncely.dev/problems/idempotency-store-unavailable',
+            retryable: true,
+            retry_same_key: true,
+            new_key_safe: false,
+            operation_state: 'unknown',
+          })
           expect(lines.some((line) => line.includes(body.instance))).toBe(true)
           expect(charges.calls).toBe(0)
           proxy.restore()
@@ -626,7 +715,8 @@ export function conformanceSuite(harness: AdapterHarness): void {
           release.resolve()
           const atCompletion = await pending
           expect([atCompletion.status, atCompletion.headers.get('retry-after')]).toEqual([503, '1'])
-          expect(problemOf(atCompletion).retryable).toBe(true)
+          // No step ran, so the claim was released: nothing ran that a new key could repeat.
+          expect(problemOf(atCompletion)).toMatchObject({ retryable: true, retry_same_key: true })
         })
       } finally {
         proxy.restore()

@@ -150,27 +150,51 @@ describe('GuardedExecution: what a captured response is stored as', () => {
     expect(await charges(`ch_tx_${withWrites.key}`)).toBe(1)
   })
 
-  it('stores a body of exactly maxStoredBodyBytes; one byte more is answered 500 not replayable and the key is released', async () => {
+  it('stores a body of exactly maxStoredBodyBytes; one byte more is sent, and recorded as a result-unavailable problem that every retry replays', async () => {
     const { options, events, lines } = adapter(engine, { maxStoredBodyBytes: 10 })
     const fits = await claim()
     expect(await new GuardedExecution(options, fits, performance.now(), ROUTE).settle(sent(200, '0123456789'))).toBeNull()
     expect(await row(fits.key)).toMatchObject({ status: 'completed', response_status: 200 })
 
     const tooLarge = await claim()
-    const answer = problemOf(await new GuardedExecution(options, tooLarge, performance.now(), ROUTE).settle(sent(200, '0123456789A')))
-    expect(answer.status).toBe(500)
-    expect(answer.body).toMatchObject({
-      type: 'https://oncely.dev/problems/response-not-replayable',
-      title: 'Response not replayable',
-      detail: 'the 200 response has 11 bytes, more than maxStoredBodyBytes (10), so it cannot be stored and replayed',
+    expect(await new GuardedExecution(options, tooLarge, performance.now(), ROUTE).settle(sent(201, '0123456789A'))).toBeNull()
+    expect(await row(tooLarge.key)).toMatchObject({ status: 'completed', response_status: 500 })
+    expect(events.at(-1)).toEqual({ outcome: 'created', status: 201, durationMs: expect.any(Number) as unknown })
+    const replay = await engine.begin({ scope: 'u1', key: tooLarge.key, fingerprint })
+    if (replay.kind !== 'replay') throw new Error(`expected a replay, got ${replay.kind}`)
+    const body = JSON.parse(Buffer.from(replay.response.body).toString('utf8')) as Record<string, unknown>
+    expect(replay.response.headers).toEqual([['content-type', 'application/problem+json']])
+    expect(body).toMatchObject({
+      type: 'https://oncely.dev/problems/result-unavailable',
+      title: 'Result unavailable',
+      status: 500,
+      detail: 'this operation ran and ended with status 201, but its response cannot be replayed: the 201 response had 11 bytes, more than maxStoredBodyBytes (10), so it was not stored; it is not run again',
       retryable: false,
+      retry_same_key: false,
+      new_key_safe: false,
+      operation_state: 'completed',
+      key_ttl_seconds: 86_400,
+      result_status: 201,
     })
-    expect(await row(tooLarge.key)).toBeUndefined()
-    // The event and the log line carry the problem's instance, so a support request finds both.
-    expect(events.at(-1)).toEqual({ outcome: 'failed', status: 500, durationMs: expect.any(Number) as unknown, instance: answer.body.instance })
+    // The log line carries the stored problem's instance, so a support request finds it.
     expect(lines).toEqual([
-      { level: 'error', fields: expect.objectContaining({ ...ROUTE, code: 'ONCELY_RESPONSE_NOT_REPLAYABLE', instance: answer.body.instance }) as unknown, message: `oncely: ${answer.body.detail}` },
+      {
+        level: 'warn',
+        fields: expect.objectContaining({ ...ROUTE, code: 'ONCELY_RESPONSE_NOT_REPLAYABLE', instance: body.instance }) as unknown,
+        message: 'oncely: the 201 response had 11 bytes, more than maxStoredBodyBytes (10), so it was not stored; a retry is answered 500 result-unavailable',
+      },
     ])
+  })
+
+  it('records a failure over maxStoredBodyBytes after a step as failed, its problem saying so', async () => {
+    const { options } = adapter(engine, { maxStoredBodyBytes: 10 })
+    const execution = await claim()
+    await execution.step('charge', () => ({ declined: true }))
+    expect(await new GuardedExecution(options, execution, performance.now(), ROUTE).settle(sent(402, '0123456789A'))).toBeNull()
+    expect(await row(execution.key)).toMatchObject({ status: 'failed', response_status: 500 })
+    const replay = await engine.begin({ scope: 'u1', key: execution.key, fingerprint })
+    if (replay.kind !== 'replay') throw new Error(`expected a replay, got ${replay.kind}`)
+    expect(JSON.parse(Buffer.from(replay.response.body).toString('utf8'))).toMatchObject({ operation_state: 'failed', result_status: 402 })
   })
 
   it('answers a streamed response 500 not replayable, naming the fix, and releases the key', async () => {

@@ -35,10 +35,11 @@ describe('decide', () => {
   })
 
   it('answers mismatch before replay, conflict and take-over (Invariant 5)', () => {
-    expect(decide(completed(), { fingerprint: 'other' }, timing)).toEqual({ kind: 'mismatch' })
-    expect(decide(snapshot(), { fingerprint: 'other' }, timing)).toEqual({ kind: 'mismatch' })
-    expect(decide(snapshot({ leaseAgeMs: 100_000 }), { fingerprint: 'other' }, timing)).toEqual({ kind: 'mismatch' })
-    expect(decide(snapshot({ fenceToken: null }), { fingerprint: 'other' }, timing)).toEqual({ kind: 'mismatch' })
+    expect(decide(completed(), { fingerprint: 'other' }, timing)).toEqual({ kind: 'mismatch', state: 'completed' })
+    expect(decide(completed({ status: 'failed' }), { fingerprint: 'other' }, timing)).toEqual({ kind: 'mismatch', state: 'failed' })
+    expect(decide(snapshot(), { fingerprint: 'other' }, timing)).toEqual({ kind: 'mismatch', state: 'running' })
+    expect(decide(snapshot({ leaseAgeMs: 100_000 }), { fingerprint: 'other' }, timing)).toEqual({ kind: 'mismatch', state: 'running' })
+    expect(decide(snapshot({ fenceToken: null }), { fingerprint: 'other' }, timing)).toEqual({ kind: 'mismatch', state: 'suspended' })
   })
 
   it('reclaims a settled key past its TTL, whatever its fingerprint (an expired key is a new request)', () => {
@@ -49,7 +50,7 @@ describe('decide', () => {
   it('never reclaims a running claim past its TTL: it is taken over with its identity, or is a conflict (path 2)', () => {
     expect(decide(snapshot({ expiresInMs: -1000 }), { fingerprint: 'fp' }, timing).kind).toBe('conflict')
     expect(decide(snapshot({ expiresInMs: -1000, leaseAgeMs: 95_000 }), { fingerprint: 'fp' }, timing)).toEqual({ kind: 'take-over' })
-    expect(decide(snapshot({ expiresInMs: -1000 }), { fingerprint: 'other' }, timing)).toEqual({ kind: 'mismatch' })
+    expect(decide(snapshot({ expiresInMs: -1000 }), { fingerprint: 'other' }, timing)).toEqual({ kind: 'mismatch', state: 'running' })
   })
 
   it('takes over a stale claim and a suspended one (Invariant 4)', () => {

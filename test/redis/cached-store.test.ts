@@ -68,6 +68,19 @@ describe.skipIf(!availability.run)('withRedisCache', () => {
     expect(counter.statements).toEqual([])
   })
 
+  it('inspect reads PostgreSQL, never the cache: a row gone behind a warm cache is gone (issue 23)', async () => {
+    const key = newKey()
+    await completed(key)
+    counter.reset()
+    expect((await begin(engine, key)).kind).toBe('replay')
+    expect(counter.statements).toEqual([])
+    expect((await engine.inspect({ scope: 'u1', key }))?.state).toBe('completed')
+    await db.pool.query(`DELETE FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`, [key])
+    counter.reset()
+    expect(await engine.inspect({ scope: 'u1', key })).toBeNull()
+    expect(counter.roundTrips()).toBe(1)
+  })
+
   it('answers 409 for a claim in flight from Redis, and 422 before 409 for another payload', async () => {
     const key = newKey()
     const owner = await begin(engine, key)
