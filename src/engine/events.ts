@@ -1,8 +1,6 @@
 import { channel } from 'node:diagnostics_channel'
 import type { OncelyErrorCode } from '../errors.js'
-import type { Decision } from './engine.js'
-import type { ExecutionState } from './execution.js'
-import type { ClaimKind } from './types.js'
+import type { ClaimKind, ExecutionState } from './types.js'
 
 /**
  * The engine's events, each on its own `node:diagnostics_channel` channel (`oncely:<event>`),
@@ -51,8 +49,14 @@ function publishBuilt(name: EngineEventName, build: () => EngineEvent): void {
 
 const DECISION_EVENTS = { replay: 'replayed', conflict: 'conflict', mismatch: 'mismatch', invalid: 'invalid' } as const
 
+/** What an event reads of the engine's `Decision`, named by shape so this module imports no engine. */
+type DecisionShape =
+  | { kind: 'execute'; execution: { key: string; claimId: string; recoveryPoint: string | null; how: ClaimKind } }
+  | { kind: keyof typeof DECISION_EVENTS }
+
 /** Publishes what `begin` decided (`claimed`, `taken-over`, `replayed`, …) and returns the decision. */
-export function publishDecision<Tx>(scope: string, key: unknown, decision: Decision<Tx>): Decision<Tx> {
+export function publishDecision<D extends DecisionShape>(scope: string, key: unknown, decided: D): D {
+  const decision: DecisionShape = decided
   if (decision.kind === 'execute') {
     const { execution } = decision
     const event = execution.how === 'take-over' ? 'taken-over' : 'claimed'
@@ -61,7 +65,7 @@ export function publishDecision<Tx>(scope: string, key: unknown, decision: Decis
     const event = DECISION_EVENTS[decision.kind]
     publishBuilt(event, () => ({ event, scope, ...(typeof key === 'string' ? { key } : {}) }))
   }
-  return decision
+  return decided
 }
 
 const END_EVENTS = { completed: 'completed', failed: 'failed', released: 'released', suspended: 'suspended', lost: 'lock-lost' } as const

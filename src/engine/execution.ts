@@ -5,7 +5,7 @@ import type { ResolvedEngineOptions } from './options.js'
 import { decodeStepResult, deriveStepKey, encodeStepResult, toStoredForm } from './phases.js'
 import { describeError, retryTransient } from './retry.js'
 import type { CarriedPhases, Fence, FinalOutcome } from './store.js'
-import type { ClaimKind, ClaimSnapshot, ClaimState, StoredResponse, WriteStatement } from './types.js'
+import type { ClaimKind, ClaimSnapshot, ClaimState, ExecutionState, StoredResponse, WriteStatement } from './types.js'
 
 /** What a step's function receives. */
 export interface StepContext {
@@ -45,13 +45,6 @@ export interface StepOptions {
    */
   commit?: 'now' | 'with-next-write'
 }
-
-/**
- * How a claim ended, or `running` while it is held. `lost`: this worker may no longer write —
- * the claim was taken over, or this worker gave it up (the database stayed away past its lease,
- * or the handler ran past `handlerDeadlineMs`); a retry takes it over once stale.
- */
-export type ExecutionState = 'running' | 'completed' | 'failed' | 'released' | 'suspended' | 'lost'
 
 /** Where `complete` and `fail` store the outcome besides the store's own connection. */
 export interface CompletionOptions<Tx> {

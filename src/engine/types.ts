@@ -101,6 +101,13 @@ export interface ClaimSnapshot {
   expiresInMs: number
 }
 
+/**
+ * How a claim ended, or `running` while it is held. `lost`: this worker may no longer write —
+ * the claim was taken over, or this worker gave it up (the database stayed away past its lease,
+ * or the handler ran past `handlerDeadlineMs`); a retry takes it over once stale.
+ */
+export type ExecutionState = 'running' | 'completed' | 'failed' | 'released' | 'suspended' | 'lost'
+
 /** The store's answer to the claim statement: the row was inserted, or here is what is there. */
 export type ClaimAttempt = { kind: 'inserted'; claim: ClaimState } | { kind: 'existing'; snapshot: ClaimSnapshot }
 

@@ -1,6 +1,7 @@
 import type { NatsConnection } from '@nats-io/transport-node'
 import { invalid, positiveInteger } from '../option-validation.js'
-import { withTransaction, type PoolLike, type Queryable } from '../store/postgres/executor.js'
+import type { PoolLike, Queryable } from '../store/postgres/executor.js'
+import { withTransaction } from '../store/postgres/statement-runner.js'
 import { retryHorizonMs } from './backoff.js'
 import { parseEnvelope, type EventEnvelope } from './envelope.js'
 import { applyHeld } from './inbox-held.js'

@@ -1,6 +1,7 @@
 import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib'
 import { invalid, positiveInteger } from '../option-validation.js'
-import { withTransaction, type PoolLike, type Queryable } from '../store/postgres/executor.js'
+import type { PoolLike, Queryable } from '../store/postgres/executor.js'
+import { withTransaction } from '../store/postgres/statement-runner.js'
 import { bind } from '../store/postgres/statements-outbox.js'
 import { parseEnvelope, type EventEnvelope } from './envelope.js'
 import { applyHeld } from './inbox-held.js'

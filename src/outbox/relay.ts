@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { OncelyError } from '../errors.js'
-import { withTransaction } from '../store/postgres/executor.js'
+import { withTransaction } from '../store/postgres/statement-runner.js'
 import { bind, type OutboxEventRow } from '../store/postgres/statements-outbox.js'
 import { backoffDelayMs, retryHorizonMs } from './backoff.js'
 import { toMessage } from './envelope.js'

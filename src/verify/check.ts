@@ -1,21 +1,5 @@
-import type { CheckId } from './options.js'
+import type { CheckId, CheckOutcome } from './check-result.js'
 import type { CheckContext } from './context.js'
-
-export type CheckOutcome = 'pass' | 'fail' | 'skip'
-
-/** One check's result: what it sent, what it expected, what it saw. */
-export interface CheckResult {
-  readonly id: CheckId
-  readonly title: string
-  readonly outcome: CheckOutcome
-  /** Why it failed or was skipped; for a pass, a short note (may be empty). */
-  readonly reason: string
-  /** One line per request sent (header values other than the kit's own never appear). */
-  readonly sent: readonly string[]
-  readonly expected: string
-  readonly seen: string
-  readonly durationMs: number
-}
 
 export interface Verdict {
   readonly outcome: CheckOutcome

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { headerOf, openRequest, sendRequest, type OutgoingRequest, type Received } from './http.js'
-import type { CheckId, ResolvedVerifyOptions } from './options.js'
+import type { CheckId } from './check-result.js'
+import type { ResolvedVerifyOptions } from './options.js'
 import { countsPerKey, readExecutions } from './probe.js'
 
 /** What the checks of one run share: every 409 seen, for the Retry-After check. */

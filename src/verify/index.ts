@@ -3,7 +3,7 @@
  * Idempotency-Key support (docs/verify.md); the same checks `oncely verify URL` runs.
  */
 export { runConformance, type ConformanceReport } from './runner.js'
-export type { CheckResult, CheckOutcome } from './check.js'
-export { CHECK_IDS, type CheckId, type HeaderList, type VerifyOptions } from './options.js'
+export { CHECK_IDS, type CheckId, type CheckResult, type CheckOutcome } from './check-result.js'
+export type { HeaderList, VerifyOptions } from './options.js'
 export { formatTable } from './reporters/table.js'
 export { formatJUnit } from './reporters/junit.js'

@@ -1,4 +1,5 @@
 import { invalid, invalidHidden, positiveInteger } from '../option-validation.js'
+import { CHECK_IDS, type CheckResult } from './check-result.js'
 
 /** A header as a `[name, value]` pair, or all of them as an object. */
 export type HeaderList = ReadonlyArray<readonly [string, string]> | Readonly<Record<string, string>>
@@ -36,7 +37,7 @@ export interface VerifyOptions {
   /** Check ids to run, in the kit's order; the others are left out. (Default: all) */
   only?: readonly string[]
   /** Called with each result as it is decided. (Default: none) */
-  onResult?: (result: import('./check.js').CheckResult) => void
+  onResult?: (result: CheckResult) => void
 }
 
 export interface ResolvedVerifyOptions {
@@ -53,7 +54,7 @@ export interface ResolvedVerifyOptions {
   readonly timeoutMs: number
   readonly retryDeadlineMs: number
   readonly only: readonly string[] | undefined
-  readonly onResult: ((result: import('./check.js').CheckResult) => void) | undefined
+  readonly onResult: ((result: CheckResult) => void) | undefined
 }
 
 function headerPairs(name: string, list: HeaderList): Array<readonly [string, string]> {
@@ -120,23 +121,3 @@ function isJson(text: string | undefined): boolean {
     return false
   }
 }
-
-/** Every check, in the order the kit runs them. */
-export const CHECK_IDS = [
-  'replay',
-  'concurrent-pair',
-  'concurrent-burst',
-  'payload-mismatch',
-  'reordered-json',
-  'missing-key',
-  'malformed-key',
-  'duplicate-key',
-  'credentials-isolated',
-  'cut-before-response',
-  'cut-after-first-byte',
-  'server-error-not-stored',
-  'retry-after',
-  'ttl',
-] as const
-
-export type CheckId = (typeof CHECK_IDS)[number]

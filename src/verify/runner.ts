@@ -1,4 +1,4 @@
-import type { CheckResult } from './check.js'
+import type { CheckResult } from './check-result.js'
 import { CHECKS } from './checks/index.js'
 import { CheckContext, type RunState } from './context.js'
 import { resolveVerifyOptions, type VerifyOptions } from './options.js'

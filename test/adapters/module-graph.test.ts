@@ -6,32 +6,62 @@ import { describe, expect, it } from 'vitest'
 const src = fileURLToPath(new URL('../../src/', import.meta.url))
 const inAdapters = (file: string) => path.relative(src, file).startsWith(`adapters${path.sep}`)
 
+/**
+ * `import`/`export … from` statements (types too, on one line or several), side-effect imports,
+ * and `import('…')` types and dynamic imports: every relative path a module names.
+ */
+const IMPORTS = [
+  /^(?:import|export)(?:\s+type)?\s*(?:\{[^}]*\}|\*(?:\s+as\s+\w+)?|\w+(?:\s*,\s*\{[^}]*\})?)\s*from\s*'(\.{1,2}\/[^']+)'/gm,
+  /^import\s*'(\.{1,2}\/[^']+)'/gm,
+  /\bimport\(\s*'(\.{1,2}\/[^']+)'\s*\)/g,
+]
+
 /** Every module under `src/`, with the modules it imports by relative path. */
 async function importGraph(): Promise<Map<string, string[]>> {
   const files = (await readdir(src, { recursive: true })).filter((file) => file.endsWith('.ts')).map((file) => path.join(src, file))
   const graph = new Map<string, string[]>()
   for (const file of files) {
     const text = await readFile(file, 'utf8')
-    const targets = [...text.matchAll(/^(?:import|export)\b[^'\n]*?'(\.{1,2}\/[^']+)'/gm)].map((match) => path.resolve(path.dirname(file), (match[1] ?? '').replace(/\.js$/, '.ts')))
+    const targets = IMPORTS.flatMap((pattern) => [...text.matchAll(pattern)]).map((match) => path.resolve(path.dirname(file), (match[1] ?? '').replace(/\.js$/, '.ts')))
     graph.set(file, targets)
   }
   return graph
 }
 
-describe('the adapters’ modules', () => {
-  it('import each other one way: no cycle passes through src/adapters', async () => {
-    const graph = await importGraph()
-    const cycles: string[] = []
-    const visit = (file: string, trail: string[]) => {
-      for (const next of graph.get(file) ?? []) {
-        if (next === trail[0]) cycles.push([...trail, next].map((f) => path.relative(src, f)).join(' → '))
-        else if (!trail.includes(next) && inAdapters(next)) visit(next, [...trail, next])
-      }
+/** The strongly connected components of more than one module (Tarjan): each holds a cycle. */
+function cyclicComponents(graph: Map<string, string[]>): string[][] {
+  const index = new Map<string, number>()
+  const low = new Map<string, number>()
+  const stack: string[] = []
+  const components: string[][] = []
+  const connect = (file: string) => {
+    index.set(file, index.size)
+    low.set(file, index.get(file)!)
+    stack.push(file)
+    for (const next of graph.get(file) ?? []) {
+      if (!graph.has(next)) continue
+      if (!index.has(next)) {
+        connect(next)
+        low.set(file, Math.min(low.get(file)!, low.get(next)!))
+      } else if (stack.includes(next)) low.set(file, Math.min(low.get(file)!, index.get(next)!))
     }
-    for (const file of graph.keys()) if (inAdapters(file)) visit(file, [file])
-    expect(cycles).toEqual([])
-  })
+    if (low.get(file) !== index.get(file)) return
+    const component = stack.splice(stack.indexOf(file))
+    if (component.length > 1 || (graph.get(file) ?? []).includes(file)) components.push(component.map((f) => path.relative(src, f)).sort())
+  }
+  for (const file of graph.keys()) if (!index.has(file)) connect(file)
+  return components
+}
 
+describe("src's modules", () => {
+  it('import each other one way: no import cycle anywhere in src, type imports included (issue 24)', async () => {
+    const graph = await importGraph()
+    expect([...graph.values()].flat().filter((target) => !graph.has(target))).toEqual([])
+    expect(cyclicComponents(graph)).toEqual([])
+  })
+})
+
+describe('the adapters’ modules', () => {
   it('define each shared helper once in src/adapters (one home each)', async () => {
     const graph = await importGraph()
     const adapters = [...graph.keys()].filter(inAdapters)

@@ -20,6 +20,7 @@ describe('loadMigrations', () => {
       { id: 2, name: '002_claim_history', breaking: false },
       { id: 3, name: '003_outbox', breaking: false },
       { id: 4, name: '004_claim_stale_threshold', breaking: false },
+      { id: 5, name: '005_fence_lost_error', breaking: false },
     ])
   })
 })

@@ -64,7 +64,7 @@ const CROSS_SCOPE: Record<string, string> = {
 }
 
 /** Exports of the statements modules that are not statements. */
-const NOT_STATEMENTS = new Set(['statements.FENCE_LOST_MARKER', 'outbox.outboxChannel', 'outbox.bind', 'ops.statsTableName'])
+const NOT_STATEMENTS = new Set(['outbox.outboxChannel', 'outbox.bind', 'ops.statsTableName'])
 
 function each(names: string[], reason: string): Record<string, string> {
   return Object.fromEntries(names.map((name) => [name, reason]))

@@ -1,15 +1,16 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprintRequest } from '../../src/index.js'
-import { createPostgresStore, type PostgresStore } from '../../src/store/postgres/index.js'
-import { FENCE_LOST_MARKER } from '../../src/store/postgres/statements.js'
+import { createPostgresStore, SQLSTATE, type PostgresStore } from '../../src/store/postgres/index.js'
+import { quoteSchema } from '../../src/store/postgres/schema-name.js'
+import { buildStatements } from '../../src/store/postgres/statements.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { keyTable, storeClaim } from '../helpers/engine.js'
 
 // What the store writes and counts (issue 13, the survivors of src/store/postgres/store.ts in
 // docs/mutation-report.md): a step's result and a suspension's error as stored, the sweep and the
-// stale count's threshold, a flight's write without values, a flight's failure that only quotes the
-// lost-fence marker, and options that are not an object.
+// stale count's threshold, a flight's write without values, a flight's lost fence told by its
+// SQLSTATE and not by its message (issue 24), and options that are not an object.
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -108,14 +109,30 @@ describe('a completion in one flight', () => {
     expect((await db.pool.query('SELECT 1 FROM valueless')).rowCount).toBe(1)
   })
 
-  it("a write whose error only quotes the lost-fence marker (another SQLSTATE) is the write's failure, not a lost claim", async () => {
+  it("a lost fence fails the flight's completion with oncely's SQLSTATE (ON001), and the store answers false: the writes roll back", async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const fence = await claimed(store, 'fence-lost')
+    const lost = { ...fence, fenceToken: randomUUID() }
+    const outcome = { status: 'completed' as const, response: { status: 201, headers: [], body: Buffer.from('{}') } }
+    const { completeInFlight } = buildStatements(quoteSchema(db.schema), undefined)
+    const error: unknown = await db.pool.query({ text: completeInFlight.text, values: [lost.scope, lost.key, lost.fenceToken, 'completed', 201, '[]', Buffer.from('{}')] }).catch((e: unknown) => e)
+    expect(error).toMatchObject({ code: SQLSTATE.fenceLost })
+    expect(SQLSTATE.fenceLost).toBe('ON001')
+    await db.pool.query('CREATE TABLE IF NOT EXISTS fence_lost_writes (at timestamptz NOT NULL)')
+    expect(await store.completeInFlight(lost, outcome, [{ text: 'INSERT INTO fence_lost_writes (at) VALUES (now())' }])).toBe(false)
+    expect((await db.pool.query('SELECT 1 FROM fence_lost_writes')).rowCount).toBe(0)
+    expect((await store.read(fence.scope, fence.key))?.status).toBe('in_progress')
+  })
+
+  it("a write failing with 22P02 whose message quotes the old lost-fence text is the write's failure, not a lost claim", async () => {
     const store = createPostgresStore({ pool: db.pool, schema: db.schema })
     const fence = await claimed(store, 'marker-quoted')
     const outcome = { status: 'completed' as const, response: { status: 201, headers: [], body: Buffer.from('{}') } }
-    // 22007: a date's invalid input names the value it refused.
-    const error: unknown = await store.completeInFlight(fence, outcome, [{ text: 'SELECT $1::date', values: [FENCE_LOST_MARKER] }]).catch((e: unknown) => e)
-    expect(error).toMatchObject({ code: '22007' })
-    expect((error as Error).message).toContain(FENCE_LOST_MARKER)
+    // Before issue 24 a lost fence was a 22P02 naming this text, and the store matched the message.
+    const oldMarker = 'oncely: the claim was lost before its completion'
+    const error: unknown = await store.completeInFlight(fence, outcome, [{ text: 'SELECT $1::boolean', values: [`${oldMarker}: 0 rows hold the fence`] }]).catch((e: unknown) => e)
+    expect(error).toMatchObject({ code: '22P02' })
+    expect((error as Error).message).toContain(oldMarker)
     expect((await store.read(fence.scope, fence.key))?.status).toBe('in_progress')
   })
 })

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto'
-import { withTransaction, type PoolLike, type Queryable } from './executor.js'
+import type { PoolLike, Queryable } from './executor.js'
+import { withTransaction } from './statement-runner.js'
 import { loadMigrations } from './migrate.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 import {

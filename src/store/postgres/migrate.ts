@@ -1,6 +1,7 @@
 import { OncelyError } from '../../errors.js'
 import { describeKind, invalid, invalidHidden, positiveInteger } from '../../option-validation.js'
-import { withTransaction, type PoolLike, type Queryable } from './executor.js'
+import type { PoolLike, Queryable } from './executor.js'
+import { withTransaction } from './statement-runner.js'
 import { MIGRATION_FILES } from './migration-files.js'
 import { SQLSTATE, sqlState } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'

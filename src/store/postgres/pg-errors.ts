@@ -14,6 +14,8 @@ export const SQLSTATE = {
   undefinedColumn: '42703',
   invalidTextRepresentation: '22P02',
   untranslatableCharacter: '22P05',
+  /** oncely's own (migration 005): a completion flight's fence was lost, so its transaction rolls back. */
+  fenceLost: 'ON001',
 } as const
 
 /**

@@ -103,6 +103,43 @@ export function isPipelining(connection: unknown): boolean {
 }
 
 /**
+ * Runs `work` inside BEGIN … COMMIT on one pooled connection, rolling back on any error. On a
+ * pipelining pool (`new pg.Pool({ pipeline: true })`) BEGIN leaves with `work`'s first statements.
+ *
+ * @example
+ * ```ts
+ * import pg from 'pg'
+ * import { withTransaction } from 'oncely/postgres'
+ * const pool = new pg.Pool()
+ * await withTransaction(pool, async (tx) => {
+ *   await tx.query({ text: 'INSERT INTO orders (id) VALUES ($1)', values: [42] })
+ * })
+ * ```
+ */
+export async function withTransaction<T>(pool: PoolLike, work: (tx: Queryable) => Promise<T>): Promise<T> {
+  const client = await pool.connect()
+  let broken: unknown
+  try {
+    const begin = await sendBegin(client, { text: 'BEGIN' })
+    // Known as a transaction: the outbox's enqueue need not ask the database (issue 11).
+    const result = await asOpenTransaction(client, () => work(client))
+    await begin.answered
+    await client.query({ text: 'COMMIT' })
+    return result
+  } catch (error) {
+    try {
+      await client.query({ text: 'ROLLBACK' })
+    } catch (rollbackError) {
+      // A connection that cannot roll back is not given back to the pool.
+      broken = rollbackError
+    }
+    throw error
+  } finally {
+    client.release(broken instanceof Error ? broken : undefined)
+  }
+}
+
+/**
  * BEGIN (with the store's timeouts) … COMMIT on one pooled connection. An error from `work` is
  * passed on as it is after a clean ROLLBACK; when the connection broke on the way (any of its
  * statements failed without a SQLSTATE, or the ROLLBACK failed), it is `ONCELY_STORE_UNAVAILABLE`

@@ -45,12 +45,6 @@ export interface HeldRow {
   interrupted: boolean
 }
 
-/**
- * In the error of `completeInFlight` when the claim was lost: the cast that aborts the flight's
- * transaction names it, so the store tells a lost fence from the statement's other failures.
- */
-export const FENCE_LOST_MARKER = 'oncely: the claim was lost before its completion'
-
 /** A statement bound to one schema; `values` are filled in at the call. */
 export type Statement = Required<Pick<QueryConfig, 'text'>> & { name: string | undefined }
 
@@ -191,8 +185,8 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     ),
     // The same completion for a flight (BEGIN, this, the writes, COMMIT sent together, issue 11):
     // nothing waits for its row count before the COMMIT, so a lost fence must abort the
-    // transaction itself. The cast of a text that depends on the row count fails only then, with
-    // FENCE_LOST_MARKER in the message (a constant would fail at planning, every time).
+    // transaction itself: oncely_fence_lost (migration 005) fails with SQLSTATE ON001
+    // (SQLSTATE.fenceLost), called only when the update matched no row.
     completeInFlight: named(
       'complete_in_flight',
       `WITH done AS (
@@ -203,7 +197,7 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
           RETURNING 1
        )
        SELECT CASE WHEN count(*) = 1 THEN true
-                   ELSE ('${FENCE_LOST_MARKER}: ' || count(*) || ' rows hold the fence; the transaction rolls back')::boolean
+                   ELSE ${schema}.oncely_fence_lost(count(*))
               END AS completed
          FROM done`,
     ),

@@ -5,10 +5,10 @@ import type { CarriedPhases, ClaimRequest, Fence, FinalOutcome, IdempotencyStore
 import type { ClaimAttempt, ClaimSnapshot, ClaimState, WriteStatement } from '../../engine/types.js'
 import type { PoolLike, Queryable } from './executor.js'
 import { claimOf, snapshotOf } from './key-rows.js'
-import { isTransientPgError, sqlState } from './pg-errors.js'
+import { isTransientPgError, SQLSTATE, sqlState } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 import { bind, flight, send, transaction } from './statement-runner.js'
-import { buildStatements, FENCE_LOST_MARKER, type ClaimRow, type HeldRow, type KeyRow, type Statement } from './statements.js'
+import { buildStatements, type ClaimRow, type HeldRow, type KeyRow, type Statement } from './statements.js'
 
 export interface PostgresStoreOptions {
   /** The pool the store runs on: `pg`'s Pool, or anything with `query` and `connect`. */
@@ -146,7 +146,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
         return true
       } catch (error) {
         // The completion is the flight's first statement: when it failed, its error is the one thrown.
-        if (sqlState(error) === '22P02' && (error as Error).message.includes(FENCE_LOST_MARKER)) return false
+        if (sqlState(error) === SQLSTATE.fenceLost) return false
         throw error
       }
     },

@@ -1,4 +1,4 @@
-import type { CheckResult } from '../check.js'
+import type { CheckResult } from '../check-result.js'
 import type { ConformanceReport } from '../runner.js'
 
 const MARK = { pass: 'PASS', fail: 'FAIL', skip: 'SKIP' } as const
