@@ -19,6 +19,16 @@ export function runningServer(dataDir: string): { pid: number; port: number } | 
   return isAlive(pid) ? { pid, port } : undefined
 }
 
+/** Sends `name` to `pid`; false when there is no such process (or it is not ours to signal). */
+export function signal(pid: number, name: NodeJS.Signals): boolean {
+  try {
+    process.kill(pid, name)
+    return true
+  } catch {
+    return false
+  }
+}
+
 /** Whether `pid` runs. A zombie (exited, not yet reaped by an init that may never reap it) does not. */
 export function isAlive(pid: number): boolean {
   try {

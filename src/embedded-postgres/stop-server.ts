@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process'
 import { readdirSync, readFileSync } from 'node:fs'
-import { runningServer, waitForExit } from './running-server.js'
+import { runningServer, signal, waitForExit } from './running-server.js'
 
 /**
  * How long each step of a stop may take. Together (4.5 s) they leave the rest of the service's
@@ -69,13 +69,4 @@ export function childrenOf(pid: number): number[] {
       .map((line) => line.trim().split(/\s+/).map(Number) as [number, number])
   }
   return table.filter(([, parent]) => parent === pid).map(([child]) => child)
-}
-
-function signal(pid: number, name: NodeJS.Signals): boolean {
-  try {
-    process.kill(pid, name)
-    return true
-  } catch {
-    return false
-  }
 }

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { isAlive, waitForExit } from '../embedded-postgres/running-server.js'
+import { isAlive, signal, waitForExit } from '../embedded-postgres/running-server.js'
 
 /** The provider the service talks to, and how to stop it. */
 export interface ProviderHandle {
@@ -122,14 +122,5 @@ async function stopPid(pid: number): Promise<void> {
   if (!(await waitForExit(pid, STOP_GRACE_MS))) {
     if (!signal(pid, 'SIGKILL')) return
     await waitForExit(pid, 1000)
-  }
-}
-
-function signal(pid: number, name: NodeJS.Signals): boolean {
-  try {
-    process.kill(pid, name)
-    return true
-  } catch {
-    return false
   }
 }
