@@ -39,6 +39,9 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
   // the background (`letGoOrphan`), so a request answered 503 leaves no claim nobody owns.
   let ended = false
   let unsure = false
+  // Only a take-over can have landed on a claim someone may have acted on, which must be kept
+  // (suspended), never deleted; a claim or a reclaim that landed made a fresh claim, to delete.
+  let takeOverUnsure = false
   const fence = { scope: request.scope, key: request.key, fenceToken }
   const onLateInsert = () => {
     unsure = true
@@ -46,7 +49,7 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
   }
   const leftUnsure = () => {
     ended = true
-    if (unsure) letGoOrphan(fence, options)
+    if (unsure) letGoOrphan(fence, options, takeOverUnsure)
   }
   try {
     const outcome = await claimRounds()
@@ -89,7 +92,7 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
           const taken = await retrying(
             `take-over of key ${JSON.stringify(request.key)}`,
             () => store.takeOver(snapshot, { fenceToken, staleAfterMs, ttlMs }),
-            () => (ambiguous = unsure = true),
+            () => (ambiguous = unsure = takeOverUnsure = true),
           )
           if (taken) return { kind: 'owned', claim: taken, how: 'take-over' }
           const recognised = ambiguous ? ours(await retrying('read-back', () => store.read(request.scope, request.key))) : undefined
@@ -125,13 +128,15 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
  * process alive. A statement landing later still is not caught: its claim goes stale and is
  * taken over, as before.
  */
-function letGoOrphan<Tx>(fence: Fence, options: ResolvedEngineOptions<Tx>): void {
+function letGoOrphan<Tx>(fence: Fence, options: ResolvedEngineOptions<Tx>, mayBeTakenOver: boolean): void {
   const { store } = options
   const until = performance.now() + options.staleAfterMs
   const attempt = async (tries: number): Promise<void> => {
     try {
       // Invariant 11: `release` deletes only a claim never taken over; `suspend` keeps the identity.
-      if ((await store.release(fence)) || (await store.suspend(fence))) return
+      // Suspending only after a take-over: a fresh claim landing between the two statements would
+      // otherwise be suspended, and its next retry marked as if something may have run.
+      if ((await store.release(fence)) || (mayBeTakenOver && (await store.suspend(fence)))) return
     } catch {
       // The database is still away: the next try may find it.
     }

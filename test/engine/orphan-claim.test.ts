@@ -30,8 +30,12 @@ afterAll(async () => {
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 23 } })
 const input = (key: string) => ({ scope: 'u1', key, fingerprint })
 
-/** An engine on the proxied pool that gives a claim up after one timed-out attempt; `letGo` resolves with the fence of the first claim it let go. */
-function givingUpEngine() {
+/**
+ * An engine on the proxied pool that gives a claim up after one timed-out attempt; `letGo`
+ * resolves with the fence of the first claim it let go. `onRefusedRelease` runs before a release
+ * that found nothing to delete answers.
+ */
+function givingUpEngine(onRefusedRelease?: () => Promise<void>) {
   const store = createPostgresStore({ pool, schema: db.schema, statementTimeoutMs: 400, lockTimeoutMs: 300 })
   const letGo = deferred<{ how: 'released' | 'suspended'; fence: Fence }>()
   const watched: PostgresStore = {
@@ -39,6 +43,7 @@ function givingUpEngine() {
     release: async (fence) => {
       const done = await store.release(fence)
       if (done) letGo.resolve({ how: 'released', fence })
+      else await onRefusedRelease?.()
       return done
     },
     suspend: async (fence, error) => {
@@ -74,6 +79,26 @@ describe('a claim statement that lands after its begin answered 503', () => {
     const retry = owned(await engineOn(db, { staleAfterMs: 60_000 }).engine.begin(input(key)))
     expect({ how: retry.how, sideEffectsPossible: retry.sideEffectsPossible }).toEqual({ how: 'new', sideEffectsPossible: false })
     await retry.complete(jsonResponse(201, '{}'))
+  })
+
+  it('a new claim landing just after a release found nothing is released by the next try, never suspended', async () => {
+    const key = 'orphan-new-between'
+    const late = proxy.holdNext('_claim')
+    let landed = false
+    // The held claim lands right after the first release found no row, where a suspend used to
+    // follow in the same try and mark a fresh claim as if something may have run.
+    const { engine, letGo } = givingUpEngine(async () => {
+      if (landed) return
+      landed = true
+      late.release()
+      for (let n = 0; n < 200 && (await rowOf(key)) === undefined; n++) await new Promise((resolve) => setTimeout(resolve, 10))
+    })
+    const error: unknown = await engine.begin(input(key)).catch((e: unknown) => e)
+    expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
+    const { how } = await letGo
+    expect(landed).toBe(true)
+    expect(how).toBe('released')
+    expect(await rowOf(key)).toBeUndefined()
   })
 
   it('a take-over: suspended by its own token, so the next retry takes it over at once', async () => {
