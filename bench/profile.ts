@@ -2,7 +2,9 @@
  * `node --import tsx bench/profile.ts [--strategy S] [--seconds N]`: runs the reference service
  * under `node --cpu-prof`, loads it with fresh charges (32 connections), stops it, and prints
  * where its CPU went: self time by package or source file, and the top functions. What issue 11
- * asks to look at before changing the hot path.
+ * asks to look at before changing the hot path. `--callers NAME` adds the call stacks (three
+ * frames up) under which functions of that name spent their self time: who calls a hot native
+ * such as `writev`.
  */
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -14,6 +16,7 @@ import { startCli } from './processes.js'
 
 interface ProfileNode {
   id: number
+  children?: number[]
   callFrame: { functionName: string; url: string; lineNumber: number }
   hitCount?: number
 }
@@ -23,7 +26,7 @@ interface Profile {
   timeDeltas: number[]
 }
 
-const { values } = parseArgs({ options: { strategy: { type: 'string', default: 'atomic-phases' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' } } })
+const { values } = parseArgs({ options: { strategy: { type: 'string', default: 'atomic-phases' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' }, callers: { type: 'string' } } })
 const database = await openBenchDatabase()
 const directory = await mkdtemp(path.join(tmpdir(), 'oncely-profile-'))
 const provider = await startCli(['provider', '--port', '0', '--latency-ms', '0'])
@@ -45,14 +48,14 @@ try {
   process.stdout.write(`${values.strategy}: ${(result.requests.total / result.duration).toFixed(0)} req/s, statuses ${JSON.stringify(result.statusCodeStats)}\n`)
   const file = (await readdir(directory)).find((f) => f.endsWith('.cpuprofile'))
   if (!file) throw new Error('the service wrote no profile')
-  summarise(JSON.parse(await readFile(path.join(directory, file), 'utf8')) as Profile, Number(values.top))
+  summarise(JSON.parse(await readFile(path.join(directory, file), 'utf8')) as Profile, Number(values.top), values.callers)
 } finally {
   await provider.stop()
   await database.close()
   await rm(directory, { recursive: true, force: true })
 }
 
-function summarise(profile: Profile, top: number): void {
+function summarise(profile: Profile, top: number, callers: string | undefined): void {
   const byId = new Map(profile.nodes.map((node) => [node.id, node]))
   const selfMs = new Map<number, number>()
   profile.samples.forEach((id, i) => selfMs.set(id, (selfMs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0) / 1000))
@@ -78,5 +81,16 @@ function summarise(profile: Profile, top: number): void {
     for (const [name, ms] of rows) process.stdout.write(`${((ms / total) * 100).toFixed(1).padStart(5)} %  ${name}\n`)
   }
   print(`self time by package or file (of ${total.toFixed(0)} ms sampled)`, group(where))
-  print('top functions by self time', group((node) => `${node.callFrame.functionName || '(anonymous)'}  ${where(node)}:${node.callFrame.lineNumber + 1}`))
+  const frame = (node: ProfileNode) => `${node.callFrame.functionName || '(anonymous)'}  ${where(node)}:${node.callFrame.lineNumber + 1}`
+  print('top functions by self time', group(frame))
+  if (callers === undefined) return
+  const parentOf = new Map<number, ProfileNode>()
+  for (const node of profile.nodes) for (const child of node.children ?? []) parentOf.set(child, node)
+  const stack = (node: ProfileNode) => {
+    const frames: string[] = []
+    // Node's own stream and socket frames say nothing about who wrote: skip them.
+    for (let up = parentOf.get(node.id); up && frames.length < 3; up = parentOf.get(up.id)) if (!up.callFrame.url.startsWith('node:')) frames.push(frame(up))
+    return frames.join('  <  ')
+  }
+  print(`where ${callers} spent its self time (three callers up, past Node's own)`, group((node) => (node.callFrame.functionName === callers ? stack(node) : '(other)')).filter(([name]) => name !== '(other)'))
 }

@@ -1,9 +1,9 @@
 import { Hono, type MiddlewareHandler } from 'hono'
-import { bodyLimit } from 'hono/body-limit'
 import { routePath } from 'hono/route'
 import { isOncelyError, logKey } from '../index.js'
 import { isTransientPgError, sqlState, type PoolLike } from '../store/postgres/index.js'
 import { userFromAuthorization } from './auth.js'
+import { bodyLimitByLength } from './body-limit.js'
 import { parseChargeInput } from './charge-input.js'
 import type { ServiceDeps, ServiceEnv } from './context.js'
 import { problem } from './problem.js'
@@ -60,14 +60,11 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
     await next()
   })
 
-  const limit = bodyLimit({
-    maxSize: MAX_BODY_BYTES,
-    onError: () => {
-      deps.metrics.onOutcome({ outcome: 'invalid', status: 413, durationMs: 0 })
-      // The rest of the body is left unread, so the connection cannot carry another request.
-      return problem({ type: 'body-too-large', title: 'Payload Too Large', status: 413, detail: `the body is larger than ${MAX_BODY_BYTES} bytes` }, { connection: 'close' })
-    },
-  }) as MiddlewareHandler<ServiceEnv>
+  const limit = bodyLimitByLength<ServiceEnv>(MAX_BODY_BYTES, () => {
+    deps.metrics.onOutcome({ outcome: 'invalid', status: 413, durationMs: 0 })
+    // The rest of the body is left unread, so the connection cannot carry another request.
+    return problem({ type: 'body-too-large', title: 'Payload Too Large', status: 413, detail: `the body is larger than ${MAX_BODY_BYTES} bytes` }, { connection: 'close' })
+  })
 
   const validate: MiddlewareHandler<ServiceEnv> = async (c, next) => {
     const parsed = parseChargeInput(await requestText(c))
