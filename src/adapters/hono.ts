@@ -54,32 +54,28 @@ export function idempotency<Tx = unknown, E extends Env = Env>(
       return void gate.finish(c.res.status)
     }
     c.set('idempotency', gate.guard.context)
-    let streamed = false
-    const { body: originalBody, newResponse: originalNewResponse } = c
-    const noteStream = (data: unknown) => {
-      if (data instanceof ReadableStream) streamed = true
-    }
-    c.body = ((data: unknown, ...rest: never[]) => (noteStream(data), (originalBody as (...a: unknown[]) => Response)(data, ...rest))) as typeof c.body
-    c.newResponse = ((data: unknown, ...rest: never[]) => (noteStream(data), (originalNewResponse as (...a: unknown[]) => Response)(data, ...rest))) as typeof c.newResponse
+    const produced = recordBodies(c)
     try {
       await next()
     } finally {
-      c.body = originalBody
-      c.newResponse = originalNewResponse
+      produced.restore()
     }
     if (c.error) {
       await gate.guard.settle({ kind: 'thrown', error: c.error })
       return
     }
     const res = c.res
-    if (streamed || isStreaming(res)) {
+    if (produced.streamed || isStreaming(res)) {
       await res.body?.cancel().catch(() => undefined)
       replace(c, await gate.guard.settle({ kind: 'streamed', status: res.status }))
       return
     }
+    // The body the handler gave Hono, when `c.res` is still the response made of it: reading it
+    // back with `arrayBuffer()` would build a web Response around it (issue 21).
+    const given = produced.bodyOf(res)
     let body: Uint8Array
     try {
-      body = new Uint8Array(await res.arrayBuffer())
+      body = given === undefined ? new Uint8Array(await res.arrayBuffer()) : typeof given === 'string' ? Buffer.from(given) : given
     } catch (error) {
       // Issue 8 path 4: a body that errors while it is read ends the claim like a throw, so its
       // lease stops and a retry may run; Hono's error handler answers.
@@ -88,9 +84,63 @@ export function idempotency<Tx = unknown, E extends Env = Env>(
     }
     const replacement = await gate.guard.settle({ kind: 'response', status: res.status, headers: res.headers.entries(), body })
     if (replacement) return replace(c, replacement)
+    if (given !== undefined && setHeaders(res.headers, ttl)) return
     const headers = new Headers(res.headers)
     for (const [name, value] of ttl) headers.set(name, value)
     replace(c, new Response(body, { status: res.status, statusText: res.statusText, headers }))
+  }
+}
+
+/** What the handler answered through `c`, while it runs: whether it streamed, and each response's body as given. */
+interface RecordedBodies {
+  readonly streamed: boolean
+  bodyOf(response: Response): string | Uint8Array | undefined
+  restore(): void
+}
+
+/**
+ * Wraps `c.body`, `c.newResponse`, `c.text` and `c.json` for the handler's run: a stream given to
+ * them marks the response streamed, and a string or byte body is kept beside the response made
+ * of it. `c.json` is Hono's own, `#newResponse(JSON.stringify(object), arg, { 'Content-Type':
+ * 'application/json', ...headers })`, made through `c.body` so the text is seen.
+ */
+function recordBodies(c: Context): RecordedBodies {
+  const bodies = new WeakMap<Response, string | Uint8Array>()
+  let streamed = false
+  const { body, newResponse, text, json } = c
+  const keep = (data: unknown, response: Response) => {
+    if (data instanceof ReadableStream) streamed = true
+    else if (typeof data === 'string' || data instanceof Uint8Array) bodies.set(response, data)
+    return response
+  }
+  type Maker = (data: unknown, ...rest: unknown[]) => Response
+  const watch = (maker: Maker) => ((data: unknown, ...rest: unknown[]) => keep(data, maker(data, ...rest))) as never
+  c.body = watch(body as Maker)
+  c.newResponse = watch(newResponse as Maker)
+  c.text = watch(text as Maker)
+  c.json = ((object: unknown, arg?: unknown, headers?: Record<string, string | string[]>) => {
+    const data = JSON.stringify(object)
+    return keep(data, (body as Maker)(data, arg, { 'Content-Type': 'application/json', ...headers }))
+  }) as never
+  return {
+    get streamed() {
+      return streamed
+    },
+    bodyOf: (response) => bodies.get(response),
+    restore: () => {
+      Object.assign(c, { body, newResponse, text, json })
+    },
+  }
+}
+
+/** Sets the pairs on headers that may be changed; false for immutable ones (a fetched response's), changing nothing. */
+function setHeaders(headers: Headers, pairs: ReadonlyArray<readonly [string, string]>): boolean {
+  try {
+    for (const [name, value] of pairs) headers.set(name, value)
+    return true
+  } catch (error) {
+    if (error instanceof TypeError) return false
+    throw error
   }
 }
 

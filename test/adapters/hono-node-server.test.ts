@@ -1,0 +1,71 @@
+import type { AddressInfo } from 'node:net'
+import type { Server } from 'node:http'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { engineOn } from '../helpers/engine.js'
+
+// Counts the web Responses built in this module graph: `@hono/node-server` keeps the global
+// `Response` it finds when it loads (the counter, here) for the moments it must build a real one,
+// and answers `new Response(text)` with a lightweight one of its own.
+const OriginalResponse = globalThis.Response
+let built = 0
+globalThis.Response = class CountingResponse extends OriginalResponse {
+  constructor(...args: ConstructorParameters<typeof Response>) {
+    super(...args)
+    built++
+  }
+}
+const { serve } = await import('@hono/node-server')
+const { Hono } = await import('hono')
+const { idempotency } = await import('../../src/adapters/hono.js')
+
+let db: TestDatabase
+let server: Server
+let url: string
+let runs = 0
+
+beforeAll(async () => {
+  db = await createTestDatabase()
+  const { engine } = engineOn(db, { ttlMs: 3_600_000 })
+  const app = new Hono()
+  const once = idempotency({ engine, scope: () => 'user-1' })
+  app.post('/json', once, (c) => c.json({ run: ++runs }, 201, { 'x-made': 'json' }))
+  app.post('/text', once, (c) => c.text(`run ${++runs}`))
+  // A redirect's headers are immutable, as a fetched response's are.
+  app.post('/redirect', once, () => (++runs, Response.redirect('http://example.test/next', 303)))
+  server = await new Promise<Server>((resolve) => {
+    const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(s as Server))
+  })
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+})
+
+afterAll(async () => {
+  globalThis.Response = OriginalResponse
+  await new Promise((resolve) => server?.close(resolve))
+  await db?.close()
+})
+
+const post = (path: string, key: string) => fetch(`${url}${path}`, { method: 'POST', headers: { 'idempotency-key': key }, redirect: 'manual' })
+
+describe('oncely/hono on @hono/node-server (issue 21)', () => {
+  it('stores and answers a c.json or c.text body as given, without building a web Response around it', async () => {
+    built = 0
+    const first = await post('/json', 'json-1')
+    expect(built).toBe(0)
+    expect([first.status, first.headers.get('content-type'), first.headers.get('x-made'), first.headers.get('idempotency-key-ttl'), await first.text()]).toEqual([201, 'application/json', 'json', '3600', '{"run":1}'])
+    const text = await post('/text', 'text-1')
+    expect(built).toBe(0)
+    expect([text.status, text.headers.get('content-type'), text.headers.get('idempotency-key-ttl'), await text.text()]).toEqual([200, 'text/plain; charset=UTF-8', '3600', 'run 2'])
+    const replay = await post('/json', 'json-1')
+    expect([replay.status, replay.headers.get('idempotent-replayed'), replay.headers.get('x-made'), await replay.text()]).toEqual([201, 'true', 'json', '{"run":1}'])
+    expect(runs).toBe(2)
+  })
+
+  it('copies a response whose headers cannot change to add the key TTL', async () => {
+    const first = await post('/redirect', 'redirect-1')
+    expect([first.status, first.headers.get('location'), first.headers.get('idempotency-key-ttl')]).toEqual([303, 'http://example.test/next', '3600'])
+    const replay = await post('/redirect', 'redirect-1')
+    expect([replay.status, replay.headers.get('location'), replay.headers.get('idempotent-replayed')]).toEqual([303, 'http://example.test/next', 'true'])
+    expect(runs).toBe(3)
+  })
+})
