@@ -6,7 +6,7 @@ export type { CompletionOptions, StepContext, StepOptions } from './engine/execu
 export { decide } from './engine/decide.js'
 export type { DecisionTiming, KeyState, SnapshotDecision } from './engine/decide.js'
 export type { InspectInput, OperationRecord } from './engine/inspect.js'
-export { fingerprintRequest, fingerprintsMatch, pickQuery } from './engine/fingerprint.js'
+export { currentFingerprint, fingerprintRequest, fingerprintsMatch, pickQuery } from './engine/fingerprint.js'
 export type { FingerprintInput } from './engine/fingerprint.js'
 export { MAX_KEY_LENGTH, parseIdempotencyKey } from './engine/key.js'
 export type { ParsedKey } from './engine/key.js'

@@ -1,4 +1,4 @@
-import { fingerprintRequest, pickQuery } from '../engine/fingerprint.js'
+import { currentFingerprint, fingerprintRequest, pickQuery, type FingerprintInput } from '../engine/fingerprint.js'
 import { isOncelyError } from '../errors.js'
 import { conflictAnswer, problem, PROBLEM_TYPES, replayAnswer, storeUnavailableAnswer, type HttpAnswer } from './answers.js'
 import { withoutFields } from './excluded-fields.js'
@@ -63,18 +63,21 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
   if (scope === undefined || scope === '') {
     return answer('invalid', problem({ status: 401, type: PROBLEM_TYPES.unauthenticated, title: 'Unauthenticated', detail: 'this request must be authenticated to use an Idempotency-Key', retryable: false, advice: nothingRan, keyTtlSeconds: ttl }))
   }
-  const fingerprint = fingerprintRequest({
+  const fingerprintInput: FingerprintInput = {
     method: parts.method,
     route: parts.route,
     params: parts.params ?? {},
     query: pickQuery(normalizeQuery(parts.query ?? {}), options.query),
     body: withoutFields(parts.body, options.excludeBodyFields),
     ...(parts.mediaType === undefined ? {} : { mediaType: parts.mediaType }),
-  })
+  }
+  // The earlier rule's hash is made only for a key stored by it (issue 21).
+  const fingerprint = currentFingerprint(fingerprintInput)
+  const earlierFingerprint = () => fingerprintRequest(fingerprintInput)
   const waitMs = options.waitMs(parts.method, parts.route)
   let decision
   try {
-    decision = await beginWaiting(options.engine, { scope, key: parts.key, fingerprint }, waitMs, parts.clientGone)
+    decision = await beginWaiting(options.engine, { scope, key: parts.key, fingerprint, earlierFingerprint }, waitMs, parts.clientGone)
   } catch (error) {
     if (isOncelyError(error, 'ONCELY_INVALID_SCOPE')) {
       // A bug in the scope option, not an outage: retrying cannot help.

@@ -55,10 +55,10 @@ export type SnapshotDecision =
  * if (decision.kind === 'replay') console.log(decision.response.status)
  * ```
  */
-export function decide(snapshot: ClaimSnapshot, request: { fingerprint: string }, timing: DecisionTiming, elapsedMs = 0): SnapshotDecision {
+export function decide(snapshot: ClaimSnapshot, request: { fingerprint: string; earlierFingerprint?: () => string }, timing: DecisionTiming, elapsedMs = 0): SnapshotDecision {
   const settled = snapshot.status !== 'in_progress'
   if (settled && snapshot.expiresInMs - elapsedMs <= 0) return { kind: 'reclaim-expired' }
-  if (!fingerprintsMatch(snapshot.fingerprint, request.fingerprint)) return { kind: 'mismatch', state: keyStateOf(snapshot) }
+  if (!sameRequest(snapshot.fingerprint, request)) return { kind: 'mismatch', state: keyStateOf(snapshot) }
   if (settled) {
     if (snapshot.response === null) {
       throw new OncelyError('ONCELY_STORE_UNEXPECTED', `key ${JSON.stringify(snapshot.key)} is ${snapshot.status} but has no stored response`)
@@ -83,4 +83,10 @@ function retryAfterMs(leaseAgeMs: number, timing: DecisionTiming): number {
   const missedRenewal = leaseAgeMs > timing.leaseRenewMs * 1.5
   if (!missedRenewal) return timing.conflictRetryAfterMs
   return Math.max(timing.conflictRetryAfterMs, timing.staleAfterMs - leaseAgeMs)
+}
+
+/** The stored fingerprint names this request: by the current rule, or else by the earlier ones, made only now. */
+function sameRequest(stored: string, request: { fingerprint: string; earlierFingerprint?: () => string }): boolean {
+  if (fingerprintsMatch(stored, request.fingerprint)) return true
+  return request.earlierFingerprint !== undefined && fingerprintsMatch(stored, request.earlierFingerprint())
 }

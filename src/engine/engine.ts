@@ -21,6 +21,13 @@ export interface BeginInput {
   key: string | readonly string[] | undefined | null
   /** `fingerprintRequest(...)` of the request. */
   fingerprint: string
+  /**
+   * The request's fingerprint by the earlier rules too, asked for only when the key was stored by
+   * one (a key from before a deploy that changed the rule): `fingerprint` may then carry the
+   * current rule's part alone (`currentFingerprint`), and no request pays for hashing by a rule
+   * its key was not made with (issue 21). (Default: `fingerprint` alone is compared)
+   */
+  earlierFingerprint?: () => string
 }
 
 /**
@@ -125,7 +132,7 @@ export function createEngine<Tx>(options: EngineOptions<Tx>): Engine<Tx> {
     const waitMs = waitOf(wait)
     const parsed = parseIdempotencyKey(input.key)
     if (!parsed.ok) return publishDecision(scope, input.key, { kind: 'invalid', reason: parsed.reason })
-    const request = { scope, key: parsed.key, fingerprint: input.fingerprint }
+    const request = { scope, key: parsed.key, fingerprint: input.fingerprint, ...(input.earlierFingerprint === undefined ? {} : { earlierFingerprint: input.earlierFingerprint }) }
     let outcome = await claimKey(request, resolved)
     if (outcome.kind === 'conflict' && waitMs > 0) outcome = await waitOutConflict(request, outcome, resolved, { ...wait, waitMs })
     if (outcome.kind !== 'owned') return publishDecision(scope, parsed.key, outcome)

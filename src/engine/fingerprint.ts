@@ -52,14 +52,27 @@ export const FINGERPRINT_VERSION = 2
  * ```
  */
 export function fingerprintRequest(input: FingerprintInput): string {
-  const common = {
-    method: input.method.toUpperCase(),
-    route: input.route,
-    params: input.params ?? {},
-    query: input.query ?? {},
-  }
-  const v2 = hash({ v: FINGERPRINT_VERSION, ...common, body: taggedBody(input.body, input.mediaType) })
-  return `v${FINGERPRINT_VERSION}:${v2};v1:${legacyV1(common, input.body)}`
+  return `${currentFingerprint(input)};v1:${legacyV1(commonParts(input), input.body)}`
+}
+
+/**
+ * The current rule's part of `fingerprintRequest` alone (`v2:<hex>`): half the hashing. Pass it
+ * to `engine.begin` with `earlierFingerprint: () => fingerprintRequest(input)`, and the earlier
+ * rule's hash is made only for a key stored by it.
+ *
+ * @example
+ * ```ts
+ * import { currentFingerprint, fingerprintRequest } from 'oncely'
+ * const input = { method: 'POST', route: '/v1/charges', body: { amount: 1000 } }
+ * console.assert(fingerprintRequest(input).startsWith(`${currentFingerprint(input)};`))
+ * ```
+ */
+export function currentFingerprint(input: FingerprintInput): string {
+  return `v${FINGERPRINT_VERSION}:${hash({ v: FINGERPRINT_VERSION, ...commonParts(input), body: taggedBody(input.body, input.mediaType) })}`
+}
+
+function commonParts(input: FingerprintInput): Record<string, unknown> {
+  return { method: input.method.toUpperCase(), route: input.route, params: input.params ?? {}, query: input.query ?? {} }
 }
 
 /** Version 2: the body's kind is part of what is hashed. */

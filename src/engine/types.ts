@@ -36,6 +36,8 @@ export interface IdempotencyRequest {
   key: string
   /** The request fingerprint (see `fingerprintRequest`). */
   fingerprint: string
+  /** The fingerprint by the earlier rules, asked for only when the stored one was made by one (`BeginInput`). */
+  earlierFingerprint?: () => string
 }
 
 /** The state a claim carries into an execution: where to resume from. */

@@ -74,3 +74,16 @@ describe('decide', () => {
     expect(() => decide(completed({ response: null }), { fingerprint: 'fp' }, timing)).toThrow(/no stored response/)
   })
 })
+
+describe('the earlier rules of a fingerprint (issue 21)', () => {
+  const v2 = `v2:${'a'.repeat(64)}`
+  const v1 = 'b'.repeat(64)
+  it('are asked for only when the stored fingerprint is not matched by the current rule, and then decide', () => {
+    let asked = 0
+    const request = { fingerprint: v2, earlierFingerprint: () => (asked++, `${v2};v1:${v1}`) }
+    expect([decide(completed({ fingerprint: v2 }), request, timing).kind, asked]).toEqual(['replay', 0])
+    expect([decide(completed({ fingerprint: v1 }), request, timing).kind, asked]).toEqual(['replay', 1])
+    expect([decide(completed({ fingerprint: 'c'.repeat(64) }), request, timing).kind, asked]).toEqual(['mismatch', 2])
+    expect(decide(completed({ fingerprint: v1 }), { fingerprint: v2 }, timing).kind).toBe('mismatch')
+  })
+})

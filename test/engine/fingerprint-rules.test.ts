@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import canonicalize from 'canonicalize'
 import { describe, expect, it } from 'vitest'
-import { fingerprintRequest, fingerprintsMatch, pickQuery, type FingerprintInput } from '../../src/index.js'
+import { currentFingerprint, fingerprintRequest, fingerprintsMatch, pickQuery, type FingerprintInput } from '../../src/index.js'
 import { storedFingerprint } from '../../src/engine/fingerprint.js'
 
 // The fingerprint's rules, no SQL (issue 13: the mutants these kill survived the rest of the
@@ -48,6 +48,14 @@ describe('what each rule hashes', () => {
     const hashed = { method: 'POST', route: '/v1/charges/:id', params: { id: 'ch_1' }, query: { expand: ['a', 'b'] } }
     expect(parts(input)).toEqual({ v2: sha({ v: 2, ...hashed, body: { kind: 'json', value: 1 } }), v1: sha({ ...hashed, body: 1 }) })
     expect(fingerprintRequest({ ...base, params: {}, query: {} })).toBe(fingerprintRequest(base))
+  })
+})
+
+describe('currentFingerprint', () => {
+  it('is the current rule’s part of fingerprintRequest, for every kind of body', () => {
+    for (const input of [base, { ...base, body: { amount: 1 } }, { ...base, body: Buffer.from('hi'), mediaType: 'image/png' }, { ...base, body: 'hi', mediaType: 'text/plain' }, { ...base, params: { id: '7' }, query: { a: ['1', '2'] } }]) {
+      expect(fingerprintRequest(input).split(';')[0]).toBe(currentFingerprint(input))
+    }
   })
 })
 

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { fingerprintRequest, fingerprintsMatch } from '../../src/index.js'
+import { currentFingerprint, fingerprintRequest, fingerprintsMatch } from '../../src/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
 
@@ -62,5 +62,22 @@ describe('a key stored before the upgrade (issue 8, path 7)', () => {
     await db.pool.query(`UPDATE ${keyTable(db)} SET request_hash = $1 WHERE key = 'upgrade'`, [request.split(';')[1]?.slice(3)])
     expect((await engine.begin({ scope: 'u1', key: 'upgrade', fingerprint: request })).kind).toBe('replay')
     expect((await engine.begin({ scope: 'u1', key: 'upgrade', fingerprint: fp({ amount: 2 }) })).kind).toBe('mismatch')
+  })
+
+  it('given the current rule alone, asks for the earlier rules only for a key stored by one (issue 21)', async () => {
+    const { engine } = engineOn(db)
+    const input = { ...base, body: { amount: 3 } }
+    let asked = 0
+    const begin = (key: string, body = input.body) => {
+      const request = { ...input, body }
+      return engine.begin({ scope: 'u1', key, fingerprint: currentFingerprint(request), earlierFingerprint: () => (asked++, fingerprintRequest(request)) })
+    }
+    const first = await begin('lazy')
+    if (first.kind !== 'execute') throw new Error(first.kind)
+    await first.execution.complete(jsonResponse(201, '{"lazy":true}'))
+    expect([(await begin('lazy')).kind, asked]).toEqual(['replay', 0])
+    await db.pool.query(`UPDATE ${keyTable(db)} SET request_hash = $1 WHERE key = 'lazy'`, [fingerprintRequest(input).split(';')[1]?.slice(3)])
+    expect([(await begin('lazy')).kind, asked]).toEqual(['replay', 1])
+    expect((await begin('lazy', { amount: 4 })).kind).toBe('mismatch')
   })
 })
