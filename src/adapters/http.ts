@@ -47,7 +47,6 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
   // Before the claim: nothing ran for this request, so a new key cannot run anything twice.
   const nothingRan = { newKeySafe: true, state: 'none' } as const
   const sentKey = parts.key === undefined || parts.key === null ? undefined : typeof parts.key === 'string' ? parts.key : parts.key.join(', ')
-  let fields = requestLogFields({ method: parts.method, route: parts.route, key: sentKey })
   if (sentKey === undefined && !options.required) {
     return { kind: 'unkeyed', finish: (status) => report(options, 'unkeyed', status, startedAt) }
   }
@@ -55,11 +54,12 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
     // Issue 8 path 14: a fingerprint without the body would replay a different request.
     const detail = `${parts.method.toUpperCase()} ${parts.route} has a request body the idempotency guard cannot see: mount a body parser for its content type (express.json(), express.raw() …) before idempotency()`
     const refusal = problem({ status: 500, type: PROBLEM_TYPES.bodyNotRead, title: 'Request body not read', detail, retryable: false, advice: nothingRan, keyTtlSeconds: ttl })
-    options.log.error({ ...fields, instance: refusal.instance }, `oncely: ${detail}`)
+    options.log.error({ ...requestLogFields({ method: parts.method, route: parts.route, key: sentKey }), instance: refusal.instance }, `oncely: ${detail}`)
     return answer('failed', refusal)
   }
   const scope = await options.scope(request)
-  if (typeof scope === 'string' || typeof scope === 'number') fields = requestLogFields({ method: parts.method, route: parts.route, scope, key: sentKey })
+  // Made once, after the scope: hashing the key for log lines is a sha256 per request.
+  const fields = requestLogFields({ method: parts.method, route: parts.route, ...(typeof scope === 'string' || typeof scope === 'number' ? { scope } : {}), key: sentKey })
   if (scope === undefined || scope === '') {
     return answer('invalid', problem({ status: 401, type: PROBLEM_TYPES.unauthenticated, title: 'Unauthenticated', detail: 'this request must be authenticated to use an Idempotency-Key', retryable: false, advice: nothingRan, keyTtlSeconds: ttl }))
   }
