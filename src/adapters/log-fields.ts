@@ -5,11 +5,16 @@ import { logKey, type LogFields } from '../ops/logger.js'
  * `scope` and the `key` hashed with `logKey`. Never a header: no `Authorization`, no cookie.
  */
 export function requestLogFields(request: { method: string; route: string; scope?: string | number | undefined; key?: string | undefined }): LogFields {
-  return {
+  const fields: LogFields = {
     route: `${request.method.toUpperCase()} ${request.route}`,
     ...(request.scope === undefined ? {} : { scope: String(request.scope) }),
-    ...(request.key === undefined ? {} : { key: logKey(request.key) }),
   }
+  const key = request.key
+  if (key === undefined) return fields
+  // Hashed when a line is written (spread, serialised), not for every request: most requests
+  // log nothing, and the hash was a thirtieth of a fresh request's CPU (issue 21).
+  let hashed: string | undefined
+  return Object.defineProperty(fields, 'key', { enumerable: true, get: () => (hashed ??= logKey(key)) })
 }
 
 /** An error as text for a log line, with the raw key (the engine's messages quote it) replaced by its hash. */
