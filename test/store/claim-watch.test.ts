@@ -23,11 +23,18 @@ afterAll(async () => {
   await db.close()
 })
 
-/** A store whose reads are counted: a waiter's reads are its polls. */
+/** A store whose reads are counted, sent and answered: a waiter's reads are its polls. */
 function counted(store: PostgresStore) {
-  const counts = { reads: 0 }
-  const watched: IdempotencyStore<Queryable> = { ...store, read: async (scope, key) => (counts.reads++, store.read(scope, key)) }
-  return { store: watched, counts }
+  const counts = { reads: 0, answered: 0 }
+  const read = async (scope: string, key: string) => {
+    counts.reads++
+    try {
+      return await store.read(scope, key)
+    } finally {
+      counts.answered++
+    }
+  }
+  return { store: { ...store, read } satisfies IdempotencyStore<Queryable>, counts }
 }
 
 /** The owner of a key, on connections of its own that never listen. */
@@ -145,6 +152,8 @@ describe('a waiting duplicate woken by LISTEN/NOTIFY', () => {
     const waiting = slow.begin({ scope: 'u1', key: next, fingerprint }, { waitMs: 600_000 })
     await until(() => waiterStore.listenConnections === 2, 'the LISTEN connection to be made again')
     await until(() => awaited(next), 'the waiter to mark the row')
+    // The reconnect woke the waiter to read once (what ended meanwhile was not notified): let that read answer first.
+    await until(() => counts.answered === counts.reads, 'the read after the reconnect')
     const readsAtRelease = counts.reads
     await second.complete(jsonResponse(201, '{"id":"ch_2"}'))
     expect(await waiting).toMatchObject({ kind: 'replay', response: { status: 201 } })
@@ -163,6 +172,11 @@ describe('a waiting duplicate woken by LISTEN/NOTIFY', () => {
     expect(await duplicate).toMatchObject({ kind: 'replay' })
     expect(await awaited(key)).toBe(false)
     expect(store.listenConnections).toBe(0)
+  })
+
+  it('a pg.Pool of one connection never lends it to LISTEN, which would leave its waiters no connection to read with', () => {
+    expect('watchClaim' in createPostgresStore({ pool: db.newPool(1), schema: db.schema })).toBe(false)
+    expect('watchClaim' in createPostgresStore({ pool: db.newPool(2), schema: db.schema })).toBe(true)
   })
 
   it('refuses a listen option that is neither a boolean nor a pool, naming it', () => {

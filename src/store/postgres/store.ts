@@ -40,7 +40,8 @@ export interface PostgresStoreOptions {
    * of by their next read alone: `true` listens on one connection of `pool`, opened while someone
    * waits; a pool listens on one of its connections instead (one reaching PostgreSQL past
    * PgBouncer, say); `false` never listens, and waiters poll. Turn it off, or give a direct pool,
-   * behind PgBouncer in transaction mode, which does not carry LISTEN. (Default: true)
+   * behind PgBouncer in transaction mode, which does not carry LISTEN. The connection is one of
+   * the pool's while someone waits, so a `pg.Pool` of `max: 1` never listens. (Default: true)
    */
   listen?: boolean | PoolLike
 }
@@ -109,8 +110,9 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     const { rows } = await run<HeldRow>(pool, statement, values)
     return rows[0] ? claimOf(scope, key, rows[0]) : null
   }
+  // A pool of one connection cannot lend it to LISTEN: its waiters could then never read.
   const watcher =
-    listen === false
+    listen === false || (listen === true && poolSize(pool) < 2)
       ? undefined
       : new ClaimWatcher(listen === true ? pool : listen, channel, async (claim) => {
           await run(pool, sql.awaitClaim, [claim.scope, claim.key, claim.claimId])
@@ -209,4 +211,10 @@ function completionValues(outcome: FinalOutcome): unknown[] {
   const { response } = outcome
   const body = Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength)
   return [outcome.status, response.status, JSON.stringify(response.headers), body]
+}
+
+/** A `pg.Pool`'s `max`, or Infinity for a pool that does not say. */
+function poolSize(pool: PoolLike): number {
+  const max = (pool as { options?: { max?: unknown } }).options?.max
+  return typeof max === 'number' ? max : Number.POSITIVE_INFINITY
 }
