@@ -70,6 +70,29 @@ describe('a waiting duplicate woken by LISTEN/NOTIFY', () => {
     await until(async () => (await listeners()).length === 0, 'the LISTEN connection to be let go')
   })
 
+  it('is woken by a completion sent in one flight and replays it', async () => {
+    const { store, counts } = counted(createPostgresStore({ pool: db.newPool(3), schema: db.schema }))
+    const key = randomUUID()
+    const first = owned(await ownerEngine().begin({ scope: 'u1', key, fingerprint }))
+    const duplicate = waiterEngine(store).begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000 })
+    await until(() => awaited(key), 'the waiter to mark the row')
+    await first.complete(jsonResponse(201, '{"id":"ch_1"}'), { statements: [{ text: 'SELECT 1' }] })
+    expect(await duplicate).toMatchObject({ kind: 'replay', response: { status: 201 } })
+    expect(counts.reads).toBe(1)
+  })
+
+  it('watching a claim that ended before it could be marked wakes the waiter at once: nothing would notify it', async () => {
+    const store = createPostgresStore({ pool: db.newPool(3), schema: db.schema })
+    const key = randomUUID()
+    const first = owned(await ownerEngine().begin({ scope: 'u1', key, fingerprint }))
+    await first.complete(jsonResponse(201, '{}'))
+    const woken = deferred()
+    const watch = store.watchClaim?.({ scope: 'u1', key, claimId: first.claimId }, () => woken.resolve())
+    await woken.promise
+    expect(watch?.live).toBe(false)
+    watch?.stop()
+  })
+
   it('is woken by a release and claims the key, and by a suspension and takes it over', async () => {
     const { store, counts } = counted(createPostgresStore({ pool: db.newPool(3), schema: db.schema }))
     const owner = ownerEngine()

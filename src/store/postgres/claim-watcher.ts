@@ -23,7 +23,7 @@ interface Waiter {
 export class ClaimWatcher {
   readonly #pool: PoolLike
   readonly #channel: string
-  readonly #mark: (claim: WatchedClaim) => Promise<void>
+  readonly #mark: (claim: WatchedClaim) => Promise<boolean>
   readonly #waiters = new Map<string, Set<Waiter>>()
   #count = 0
   #listener: WakeUpListener | undefined
@@ -32,7 +32,7 @@ export class ClaimWatcher {
   /** LISTEN connections made so far, reconnects included (for tests and diagnostics). */
   connections = 0
 
-  constructor(pool: PoolLike, channel: string, mark: (claim: WatchedClaim) => Promise<void>) {
+  constructor(pool: PoolLike, channel: string, mark: (claim: WatchedClaim) => Promise<boolean>) {
     this.#pool = pool
     this.#channel = channel
     this.#mark = mark
@@ -81,11 +81,12 @@ export class ClaimWatcher {
     if (!listener.listening) await new Promise<void>((resolve) => this.#onListening.push(resolve))
     if (waiter.stopped) return
     try {
-      await this.#mark(claim)
-      waiter.marked = true
+      waiter.marked = await this.#mark(claim)
     } catch {
       // Not marked: this waiter is polled alone, as without LISTEN.
     }
+    // The claim ended or changed before it could be marked: no notification will come, read now.
+    if (!waiter.marked && !waiter.stopped) waiter.wake()
   }
 
   #stop(claimId: string, waiter: Waiter): void {

@@ -225,12 +225,19 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
       ${wakeWaiters('$5')}`,
     ),
     // Issue 23: a waiting duplicate marks the claim it waits for, so its end notifies (above). Only
-    // that claim, still running, and only once: the waiters after the first write nothing.
-    // $1 scope, $2 key, $3 claim id.
+    // that claim, still running, and only once: the waiters after the first write nothing. True when
+    // the claim is marked; false when it has ended or changed (or a concurrent mark committed after
+    // this statement's snapshot: the waiter then reads once more). $1 scope, $2 key, $3 claim id.
     awaitClaim: named(
       'await_claim',
-      `UPDATE ${table} SET awaited = true
-        WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress' AND NOT awaited`,
+      `WITH marked AS (
+         UPDATE ${table} SET awaited = true
+          WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress' AND NOT awaited
+         RETURNING 1
+       )
+       SELECT EXISTS (SELECT 1 FROM marked)
+           OR EXISTS (SELECT 1 FROM ${table}
+                       WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress' AND awaited) AS marked`,
     ),
     // Invariant 9: a small batch, skipping rows another transaction holds, and the expiry checked
     // again on the locked row so a key being reclaimed is never deleted. Invariant 11: only

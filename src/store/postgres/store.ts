@@ -115,7 +115,8 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     listen === false || (listen === true && poolSize(pool) < 2)
       ? undefined
       : new ClaimWatcher(listen === true ? pool : listen, channel, async (claim) => {
-          await run(pool, sql.awaitClaim, [claim.scope, claim.key, claim.claimId])
+          const { rows } = await run<{ marked: boolean }>(pool, sql.awaitClaim, [claim.scope, claim.key, claim.claimId])
+          return rows[0]?.marked === true
         })
 
   return Object.freeze({
