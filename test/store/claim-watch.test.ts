@@ -1,4 +1,7 @@
+import { spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
+import { createInterface } from 'node:readline'
+import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, type Decision, type EngineOptions, type IdempotencyStore } from '../../src/index.js'
@@ -7,6 +10,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { deferred } from '../helpers/deferred.js'
 import { jsonResponse, keyTable, owned } from '../helpers/engine.js'
 import { until } from '../helpers/until.js'
+import { trackOpenHandle } from '../setup/guard-open-handles.js'
 
 // Issue 23, point 2: a duplicate waiting for a claim in flight is woken by LISTEN/NOTIFY when the
 // claim ends, across connections, with its reads kept as the truth. The waiters here read the row
@@ -68,6 +72,29 @@ describe('a waiting duplicate woken by LISTEN/NOTIFY', () => {
     expect(waiterStore.listenConnections).toBe(1)
     // Nobody waits any more: the LISTEN connection goes back to the pool, then the pool has none out.
     await until(async () => (await listeners()).length === 0, 'the LISTEN connection to be let go')
+  })
+
+  it('is woken by the completion made in another process, and replays it', async () => {
+    const { store, counts } = counted(createPostgresStore({ pool: db.newPool(3), schema: db.schema }))
+    const key = randomUUID()
+    const owner = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('support/claim-owner.ts', import.meta.url)), db.url, db.schema, 'u1', key, fingerprint], { stdio: ['pipe', 'pipe', 'inherit'] })
+    const untrack = trackOpenHandle('the claim-owner process')
+    const exited = new Promise((resolve) => owner.once('close', resolve)).then(untrack)
+    try {
+      const lines = createInterface({ input: owner.stdout })[Symbol.asyncIterator]()
+      expect((await lines.next()).value).toMatch(/^claimed /)
+      const duplicate = waiterEngine(store).begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000 })
+      await until(() => awaited(key), 'the waiter to mark the row')
+      const waitingSince = performance.now()
+      owner.stdin.write('complete\n')
+      expect(await duplicate).toMatchObject({ kind: 'replay', response: { status: 201, body: Buffer.from('{"id":"ch_child"}') } })
+      expect(performance.now() - waitingSince).toBeLessThan(LONG_POLL.waitFirstPollMs / 2)
+      expect(counts.reads).toBe(1)
+      expect((await lines.next()).value).toBe('completed')
+    } finally {
+      owner.stdin.end()
+      await exited
+    }
   })
 
   it('is woken by a completion sent in one flight and replays it', async () => {
