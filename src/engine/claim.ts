@@ -11,7 +11,8 @@ import type { ClaimKind, ClaimSnapshot, ClaimState, IdempotencyRequest, StoredRe
 export type ClaimOutcome =
   | { kind: 'owned'; claim: ClaimState; how: ClaimKind }
   | { kind: 'replay'; response: StoredResponse }
-  | { kind: 'conflict'; retryAfterSeconds: number }
+  /** `claimId`: the claim in flight, which a duplicate that waits for it watches (issue 23). */
+  | { kind: 'conflict'; retryAfterSeconds: number; claimId: string }
   | { kind: 'mismatch'; state: KeyState }
 
 const ROUNDS = 3
@@ -85,7 +86,7 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
         case 'mismatch':
           return decision
         case 'conflict':
-          return { kind: 'conflict', retryAfterSeconds: Math.ceil(decision.retryAfterMs / 1000) }
+          return { kind: 'conflict', retryAfterSeconds: Math.ceil(decision.retryAfterMs / 1000), claimId: snapshot.claimId }
         case 'take-over': {
           tried = 'take-over'
           let ambiguous = false
@@ -97,7 +98,7 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
           if (taken) return { kind: 'owned', claim: taken, how: 'take-over' }
           const recognised = ambiguous ? ours(await retrying('read-back', () => store.read(request.scope, request.key))) : undefined
           // Invariant 4: another retry took the same stale claim; it runs now, this one waits.
-          return recognised ?? { kind: 'conflict', retryAfterSeconds: options.conflictRetryAfterSeconds }
+          return recognised ?? { kind: 'conflict', retryAfterSeconds: options.conflictRetryAfterSeconds, claimId: snapshot.claimId }
         }
         case 'reclaim-expired': {
           tried = 'reclaimed-expired'

@@ -76,7 +76,8 @@ export interface Engine<Tx = unknown> {
   /**
    * Decides what to do with a request, in one round trip to the store in the common cases. With
    * `wait.waitMs`, a request whose key is in use waits up to that long for the first to finish
-   * (reading the row now and then, holding no connection in between) and gets its replay, or
+   * (woken by the store when it can, reading the row now and then, holding no connection in
+   * between) and gets its replay, or
    * owns the key if the first let it go; only past the bound does it get the conflict.
    *
    * @example
@@ -135,6 +136,7 @@ export function createEngine<Tx>(options: EngineOptions<Tx>): Engine<Tx> {
     const request = { scope, key: parsed.key, fingerprint: input.fingerprint, ...(input.earlierFingerprint === undefined ? {} : { earlierFingerprint: input.earlierFingerprint }) }
     let outcome = await claimKey(request, resolved)
     if (outcome.kind === 'conflict' && waitMs > 0) outcome = await waitOutConflict(request, outcome, resolved, { ...wait, waitMs })
+    if (outcome.kind === 'conflict') return publishDecision(scope, parsed.key, { kind: 'conflict', retryAfterSeconds: outcome.retryAfterSeconds })
     if (outcome.kind !== 'owned') return publishDecision(scope, parsed.key, outcome)
     return publishDecision(scope, parsed.key, { kind: 'execute', execution: new Execution(outcome.claim, outcome.how, resolved) })
   }

@@ -35,6 +35,19 @@ export interface EngineOptions<Tx = unknown> {
    * instead. (Default: 2000)
    */
   claimRetryMs?: number
+  /**
+   * A duplicate waiting for the claim in flight (`waitMs`) reads the key's row first after this
+   * long, then after pauses doubling up to `waitMaxPollMs`, each jittered. (Default: 10)
+   */
+  waitFirstPollMs?: number
+  /** The longest pause between two reads of a waiting duplicate the store cannot wake. (Default: 200) */
+  waitMaxPollMs?: number
+  /**
+   * The pause between two reads of a waiting duplicate while the store will wake it when the claim
+   * ends (LISTEN/NOTIFY, `createPostgresStore`'s `listen`): the reads are then only the truth behind
+   * the notification, for a claim that goes stale or a notification lost. Jittered. (Default: 1000)
+   */
+  waitWatchedPollMs?: number
 }
 
 export type ResolvedEngineOptions<Tx = unknown> = Readonly<Required<EngineOptions<Tx>>>
@@ -43,6 +56,9 @@ export const DEFAULT_TTL_MS = 86_400_000
 export const DEFAULT_STALE_AFTER_MS = 90_000
 export const DEFAULT_HANDLER_DEADLINE_MS = 600_000
 export const DEFAULT_CLAIM_RETRY_MS = 2000
+export const DEFAULT_WAIT_FIRST_POLL_MS = 10
+export const DEFAULT_WAIT_MAX_POLL_MS = 200
+export const DEFAULT_WAIT_WATCHED_POLL_MS = 1000
 
 /** Resolves, validates and freezes the options once, at start-up (docs/conventions.md, Shape). */
 export function resolveEngineOptions<Tx>(options: EngineOptions<Tx>): ResolvedEngineOptions<Tx> {
@@ -62,5 +78,9 @@ export function resolveEngineOptions<Tx>(options: EngineOptions<Tx>): ResolvedEn
   const handlerDeadlineMs = positiveInteger('handlerDeadlineMs', options.handlerDeadlineMs ?? DEFAULT_HANDLER_DEADLINE_MS)
   if (handlerDeadlineMs <= leaseRenewMs) throw invalid('handlerDeadlineMs', `must be above leaseRenewMs (${leaseRenewMs})`, handlerDeadlineMs)
   const claimRetryMs = positiveInteger('claimRetryMs', options.claimRetryMs ?? DEFAULT_CLAIM_RETRY_MS)
-  return Object.freeze({ store, ttlMs, staleAfterMs, leaseRenewMs, conflictRetryAfterSeconds, handlerDeadlineMs, claimRetryMs })
+  const waitFirstPollMs = positiveInteger('waitFirstPollMs', options.waitFirstPollMs ?? DEFAULT_WAIT_FIRST_POLL_MS)
+  const waitMaxPollMs = positiveInteger('waitMaxPollMs', options.waitMaxPollMs ?? Math.max(DEFAULT_WAIT_MAX_POLL_MS, waitFirstPollMs))
+  if (waitMaxPollMs < waitFirstPollMs) throw invalid('waitMaxPollMs', `must be at least waitFirstPollMs (${waitFirstPollMs})`, waitMaxPollMs)
+  const waitWatchedPollMs = positiveInteger('waitWatchedPollMs', options.waitWatchedPollMs ?? DEFAULT_WAIT_WATCHED_POLL_MS)
+  return Object.freeze({ store, ttlMs, staleAfterMs, leaseRenewMs, conflictRetryAfterSeconds, handlerDeadlineMs, claimRetryMs, waitFirstPollMs, waitMaxPollMs, waitWatchedPollMs })
 }

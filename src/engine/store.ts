@@ -73,6 +73,20 @@ export interface CarriedPhases {
   recoveryPoint: string
 }
 
+/** The claim a waiting duplicate watches (issue 23): its identity, which a take-over keeps. */
+export type WatchedClaim = Pick<ClaimSnapshot, 'scope' | 'key' | 'claimId'>
+
+/** A waiting duplicate's wake-up (issue 23): a hint that the claim may have ended; the row stays the truth. */
+export interface ClaimWatch {
+  /**
+   * True while the claim's end will wake the waiter (for PostgreSQL: the LISTEN connection is up
+   * and the row marked), so the waiter may read the row seldom; false before and after.
+   */
+  readonly live: boolean
+  /** Stops watching; the store lets its LISTEN connection go once nobody watches. */
+  stop(): void
+}
+
 /** A final outcome to store: `completed`, or `failed` (a failure that must be replayed). */
 export interface FinalOutcome {
   status: 'completed' | 'failed'
@@ -145,6 +159,13 @@ export interface IdempotencyStore<Tx = unknown> {
   completeInFlight(fence: Fence, outcome: FinalOutcome, writes: readonly WriteStatement[]): Promise<boolean>
   /** Runs `work` inside BEGIN … COMMIT on the store's own connection, rolling back on any error. */
   transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>
+  /**
+   * Optional (issue 23): calls `wake` when the claim may have ended (completed, failed, released,
+   * suspended), or when such news may have been missed, so a duplicate waiting for it (`waitMs`)
+   * reads the row at once. Never throws and costs the claim's owner nothing unless someone
+   * watches; a store without it, or a watch never `live`, is polled alone.
+   */
+  watchClaim?(claim: WatchedClaim, wake: () => void): ClaimWatch
   /** Deletes a claim nobody can have acted on: the key may be retried as new. */
   release(fence: Fence): Promise<boolean>
   /**

@@ -6,7 +6,7 @@ import { backoffDelayMs, retryHorizonMs } from './backoff.js'
 import { toMessage } from './envelope.js'
 import { createOutbox, type Outbox } from './outbox.js'
 import { resolveRelayOptions, type RelayOptions, type ResolvedRelayOptions } from './relay-options.js'
-import { WakeUpListener } from './wake-up-listener.js'
+import { WakeUpListener } from '../store/postgres/wake-up-listener.js'
 import { pruneSentEvents } from './admin.js'
 
 /** What one batch came to. */

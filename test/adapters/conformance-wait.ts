@@ -2,15 +2,20 @@ import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { OutcomeEvent } from '../../src/adapters/http.js'
 import { createEngine } from '../../src/engine/engine.js'
-import type { IdempotencyStore } from '../../src/engine/store.js'
+import type { EngineOptions } from '../../src/engine/options.js'
+import type { ClaimWatch, IdempotencyStore } from '../../src/engine/store.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { deferred, type Deferred } from '../helpers/deferred.js'
+import { until } from '../helpers/until.js'
 import type { AdapterHarness, AppUnderTest, HandlerInput, HandlerOutput, TestOptions, TestRequest, TestRoute } from './harness.js'
 
 // Issue 23, point 2, for every adapter: `waitMs` turns a duplicate's 409 into the first
 // request's replay. The first request is held on a deferred and let go only once the duplicate
 // is surely waiting (its claim was answered, or it has read the row): no sleeps.
+
+/** Reads so seldom (half a minute at the earliest) that an answer within seconds comes from a notification. */
+const LONG_POLL = { waitFirstPollMs: 60_000, waitMaxPollMs: 60_000, waitWatchedPollMs: 60_000 }
 
 const scopeFromBearer = (authorization: string | undefined) => /^Bearer demo_([1-9]\d*)$/.exec(authorization ?? '')?.[1]
 const json = (status: number, body: object): HandlerOutput => ({ status, headers: { 'content-type': 'application/json; charset=utf-8' }, body: JSON.stringify(body) })
@@ -20,10 +25,10 @@ function counted(path: string, handler: (input: HandlerInput, call: number) => P
   return route
 }
 
-/** The test database's store, announcing each answered claim and each read (the waiter's polls). */
+/** The test database's store, announcing each answered claim and each read (the waiter's polls), and counting its waiters' watches. */
 function watchedStore(db: TestDatabase) {
   const store = createPostgresStore({ pool: db.pool, schema: db.schema })
-  const watch = { claims: 0, reads: 0, firstRead: deferred(), claimsAnswered: new Map<number, Deferred<void>>() }
+  const watch = { claims: 0, reads: 0, watching: 0, live: [] as ClaimWatch[], firstRead: deferred(), claimsAnswered: new Map<number, Deferred<void>>() }
   const claimsAnswered = (count: number) => {
     const existing = watch.claimsAnswered.get(count) ?? deferred()
     watch.claimsAnswered.set(count, existing)
@@ -43,6 +48,21 @@ function watchedStore(db: TestDatabase) {
       watch.firstRead.resolve()
       return store.read(scope, key)
     },
+    watchClaim(claim, wake) {
+      const watching = store.watchClaim?.(claim, wake)
+      if (watching === undefined) throw new Error('the test store listens')
+      watch.watching++
+      watch.live.push(watching)
+      return {
+        get live() {
+          return watching.live
+        },
+        stop() {
+          watch.watching--
+          watching.stop()
+        },
+      }
+    },
   }
   return { store: watched, watch, claimsAnswered }
 }
@@ -57,9 +77,14 @@ export function waitConformance(harness: AdapterHarness): void {
       await db.close()
     })
 
-    async function withApp(options: Partial<TestOptions>, routes: TestRoute[], test: (app: AppUnderTest, watched: ReturnType<typeof watchedStore>) => Promise<void>) {
+    async function withApp(
+      options: Partial<TestOptions>,
+      routes: TestRoute[],
+      test: (app: AppUnderTest, watched: ReturnType<typeof watchedStore>) => Promise<void>,
+      engineOptions: Partial<EngineOptions<Queryable>> = {},
+    ) {
       const watched = watchedStore(db)
-      const engine = createEngine({ store: watched.store, staleAfterMs: 30_000 })
+      const engine = createEngine({ store: watched.store, staleAfterMs: 30_000, ...engineOptions })
       const app = await harness.start({ engine, scope: scopeFromBearer, log: () => {}, ...options }, routes)
       try {
         await test(app, watched)
@@ -67,7 +92,15 @@ export function waitConformance(harness: AdapterHarness): void {
         await app.close()
       }
     }
-    const post = (path: string, key: string): TestRequest => ({ method: 'POST', path, body: { amount: 1 }, headers: { authorization: 'Bearer demo_1', 'idempotency-key': key } })
+    const post = (path: string, key: string, signal?: AbortSignal): TestRequest => ({
+      method: 'POST',
+      path,
+      body: { amount: 1 },
+      headers: { authorization: 'Bearer demo_1', 'idempotency-key': key },
+      ...(signal === undefined ? {} : { signal }),
+    })
+    /** The pool's connections in use: none once no request runs and the LISTEN connection is let go. */
+    const inUse = () => db.pool.totalCount - db.pool.idleCount
 
     /** A route whose first call is held until `release`; later calls answer at once. */
     function held(path: string, first: (call: number) => Promise<HandlerOutput> = async (call) => json(201, { id: `ch_${call}` })) {
@@ -174,6 +207,65 @@ export function waitConformance(harness: AdapterHarness): void {
         expect(responses.filter((response) => response.headers.get('idempotent-replayed') === 'true')).toHaveLength(width - 1)
         expect(new Set(responses.map((response) => response.body.toString()))).toEqual(new Set(['{"id":"ch_1"}']))
       })
+    })
+
+    it('a waiter is woken by the completion (LISTEN/NOTIFY), long before its next read, and reads once', async () => {
+      const slow = held('/v1/charges')
+      await withApp(
+        { waitMs: 600_000 },
+        [slow.route],
+        async (app, { watch }) => {
+          const key = randomUUID()
+          const first = app.request(post('/v1/charges', key))
+          await slow.started
+          const waitingSince = performance.now()
+          const duplicate = app.request(post('/v1/charges', key))
+          await until(() => watch.live.some((watching) => watching.live), 'the waiter to watch the claim')
+          expect(watch.reads).toBe(0)
+          slow.release()
+          const [a, b] = await Promise.all([first, duplicate])
+          expect([a.status, b.status, b.headers.get('idempotent-replayed')]).toEqual([201, 201, 'true'])
+          // Its first read was due half a minute after it began waiting, at the earliest.
+          expect(performance.now() - waitingSince).toBeLessThan(LONG_POLL.waitFirstPollMs / 2)
+          expect(watch.reads).toBe(1)
+          expect(watch.watching).toBe(0)
+        },
+        LONG_POLL,
+      )
+    })
+
+    it('a waiter whose client closes its connection stops waiting: answered as a conflict, its watch and the LISTEN connection let go', async () => {
+      const slow = held('/v1/charges')
+      const events: OutcomeEvent[] = []
+      const conflict = deferred()
+      const onOutcome = (event: OutcomeEvent) => {
+        events.push(event)
+        if (event.outcome === 'conflict') conflict.resolve()
+      }
+      await withApp(
+        { waitMs: 600_000, onOutcome },
+        [slow.route],
+        async (app, { watch }) => {
+          const key = randomUUID()
+          const first = app.request(post('/v1/charges', key))
+          await slow.started
+          const client = new AbortController()
+          const duplicate = app.request(post('/v1/charges', key, client.signal)).catch((error: unknown) => error)
+          await until(() => watch.live.some((watching) => watching.live), 'the waiter to watch the claim')
+          client.abort()
+          await conflict.promise
+          await duplicate
+          expect(watch.watching).toBe(0)
+          const readsAfter = watch.reads
+          // Nothing left running for it: no connection out of the pool once the LISTEN one lingered out.
+          await until(() => inUse() === 0, 'the LISTEN connection to go back to the pool')
+          slow.release()
+          expect((await first).status).toBe(201)
+          expect(watch.reads).toBe(readsAfter)
+          expect(events.map((event) => event.outcome).sort()).toEqual(['conflict', 'created'])
+        },
+        LONG_POLL,
+      )
     })
   })
 }

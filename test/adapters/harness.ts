@@ -33,6 +33,8 @@ export interface TestRequest {
   headers?: Record<string, string>
   /** A string is sent as is, an object as JSON. */
   body?: string | object
+  /** Aborting it closes the client's side of the request (a real connection where the harness has one). */
+  signal?: AbortSignal
 }
 
 export interface TestResponse {
@@ -89,6 +91,7 @@ export async function fetchFrom(port: number, request: TestRequest): Promise<Tes
     method: request.method,
     headers: requestHeaders(request),
     ...(body === undefined ? {} : { body }),
+    ...(request.signal === undefined ? {} : { signal: request.signal }),
   })
   return { status: response.status, headers: response.headers, body: Buffer.from(await response.arrayBuffer()) }
 }

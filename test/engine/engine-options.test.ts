@@ -17,7 +17,7 @@ const refusal = (options: unknown): string => {
 }
 
 describe('createEngine resolves its options once', () => {
-  it('the defaults: a day to live, stale after 90 s, renewed every 30 s, Retry-After 1, a 10 min deadline, 2 s of claim retries; frozen', () => {
+  it('the defaults: a day to live, stale after 90 s, renewed every 30 s, Retry-After 1, a 10 min deadline, 2 s of claim retries, waiters reading at 10 ms doubling to 200 ms (1 s while watched); frozen', () => {
     const { options } = engineWith({})
     expect({ ...options, store: undefined }).toEqual({
       store: undefined,
@@ -27,6 +27,9 @@ describe('createEngine resolves its options once', () => {
       conflictRetryAfterSeconds: 1,
       handlerDeadlineMs: 600_000,
       claimRetryMs: 2000,
+      waitFirstPollMs: 10,
+      waitMaxPollMs: 200,
+      waitWatchedPollMs: 1000,
     })
     expect(options.store).toBe(store)
     expect(Object.isFrozen(options)).toBe(true)
@@ -46,7 +49,7 @@ describe('createEngine resolves its options once', () => {
   })
 
   it('every duration is a positive integer, named when it is not', () => {
-    for (const name of ['ttlMs', 'staleAfterMs', 'leaseRenewMs', 'conflictRetryAfterSeconds', 'handlerDeadlineMs', 'claimRetryMs']) {
+    for (const name of ['ttlMs', 'staleAfterMs', 'leaseRenewMs', 'conflictRetryAfterSeconds', 'handlerDeadlineMs', 'claimRetryMs', 'waitFirstPollMs', 'waitMaxPollMs', 'waitWatchedPollMs']) {
       expect(refusal({ store, [name]: 0 })).toBe(`option ${name} must be a positive integer; got 0`)
     }
   })
@@ -59,6 +62,11 @@ describe('createEngine resolves its options once', () => {
   it('a key outlives its lease (Invariant 11): ttlMs above staleAfterMs', () => {
     expect(refusal({ store, staleAfterMs: 1000, ttlMs: 1000 })).toBe('option ttlMs must be above staleAfterMs (1000); got 1000')
     expect(engineWith({ staleAfterMs: 1000, ttlMs: 1001 }).options.ttlMs).toBe(1001)
+  })
+
+  it('a waiter backs off, never speeds up: waitMaxPollMs at least waitFirstPollMs, and raised to it when not given', () => {
+    expect(refusal({ store, waitFirstPollMs: 500, waitMaxPollMs: 100 })).toBe('option waitMaxPollMs must be at least waitFirstPollMs (500); got 100')
+    expect(engineWith({ waitFirstPollMs: 500 }).options.waitMaxPollMs).toBe(500)
   })
 
   it('the handler deadline leaves room for a renewal: handlerDeadlineMs above leaseRenewMs', () => {

@@ -21,6 +21,7 @@ describe('loadMigrations', () => {
       { id: 3, name: '003_outbox', breaking: false },
       { id: 4, name: '004_claim_stale_threshold', breaking: false },
       { id: 5, name: '005_fence_lost_error', breaking: false },
+      { id: 6, name: '006_claim_awaited', breaking: false },
     ])
   })
 })

@@ -115,7 +115,7 @@ describe('a completion in one flight', () => {
     const lost = { ...fence, fenceToken: randomUUID() }
     const outcome = { status: 'completed' as const, response: { status: 201, headers: [], body: Buffer.from('{}') } }
     const { completeInFlight } = buildStatements(quoteSchema(db.schema), undefined)
-    const error: unknown = await db.pool.query({ text: completeInFlight.text, values: [lost.scope, lost.key, lost.fenceToken, 'completed', 201, '[]', Buffer.from('{}')] }).catch((e: unknown) => e)
+    const error: unknown = await db.pool.query({ text: completeInFlight.text, values: [lost.scope, lost.key, lost.fenceToken, 'completed', 201, '[]', Buffer.from('{}'), 'oncely_keys_test'] }).catch((e: unknown) => e)
     expect(error).toMatchObject({ code: SQLSTATE.fenceLost })
     expect(SQLSTATE.fenceLost).toBe('ON001')
     await db.pool.query('CREATE TABLE IF NOT EXISTS fence_lost_writes (at timestamptz NOT NULL)')

@@ -60,6 +60,7 @@ export interface Statements {
   completeInFlight: Statement
   release: Statement
   suspend: Statement
+  awaitClaim: Statement
   sweepExpired: Statement
   countStaleClaims: Statement
   countClaimsOlderThan: Statement
@@ -88,6 +89,11 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
   // statement's own transaction, taken before the lock wait even when the wait is in Parse (a
   // table lock) and Execute then restarts statement_timestamp(). $n is the timeout in ms.
   const notLate = (param: string) => `clock_timestamp() < now() + ${ttl(param)}`
+  // Issue 23: the end of a claim a duplicate waits for (its row marked `awaited`) wakes the waiters
+  // listening on the key channel ($n), its payload the claim id. An unmarked row notifies nobody:
+  // a NOTIFY serialises commits (issue 21), so a completion nobody waits for must not send one.
+  // Sent at commit, so a waiter never wakes for a completion rolled back with the caller's rows.
+  const wakeWaiters = (channel: string) => `RETURNING CASE WHEN awaited THEN pg_notify(${channel}::text, claim_id::text) END AS woke`
   return {
     // Invariant 1: one statement decides ownership. $1 scope, $2 key, $3 fingerprint, $4 ttl ms,
     // $5 claim id, $6 fence token (both minted by the caller, so it recognises its own row after
@@ -141,7 +147,7 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
       `UPDATE ${table}
           SET request_hash = $4, status = 'in_progress', claim_id = $6::uuid, stale_after_ms = $9::bigint,
               lock_token = $7::uuid, locked_at = now(), recovery_point = NULL,
-              phase_data = '{}'::jsonb, started_steps = '{}', interrupted = false, outcome_error = NULL,
+              phase_data = '{}'::jsonb, started_steps = '{}', interrupted = false, outcome_error = NULL, awaited = false,
               response_status = NULL, response_headers = NULL, response_body = NULL,
               created_at = now(), updated_at = now(), expires_at = now() + ${ttl('$5')}
         WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status <> 'in_progress'
@@ -173,15 +179,16 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
           SET locked_at = now(), expires_at = GREATEST(expires_at, now() + ${ttl('$4')})
         WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
     ),
-    // $1 scope, $2 key, $3 token, $4 status, $5 response status, $6 headers JSON, $7 body bytes.
-    // The token stays on the settled row (no fenced statement matches a settled row), so a worker
-    // whose answer was lost recognises its own completion when it reads the row back.
+    // $1 scope, $2 key, $3 token, $4 status, $5 response status, $6 headers JSON, $7 body bytes,
+    // $8 the key channel. The token stays on the settled row (no fenced statement matches a settled
+    // row), so a worker whose answer was lost recognises its own completion when it reads the row back.
     complete: named(
       'complete',
       `UPDATE ${table}
           SET status = $4, response_status = $5, response_headers = $6::jsonb, response_body = $7,
               locked_at = NULL, outcome_error = NULL, updated_at = now()
-        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
+        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'
+      ${wakeWaiters('$8')}`,
     ),
     // The same completion for a flight (BEGIN, this, the writes, COMMIT sent together, issue 11):
     // nothing waits for its row count before the COMMIT, so a lost fence must abort the
@@ -194,26 +201,43 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
             SET status = $4, response_status = $5, response_headers = $6::jsonb, response_body = $7,
                 locked_at = NULL, outcome_error = NULL, updated_at = now()
           WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'
-          RETURNING 1
+         ${wakeWaiters('$8')}
        )
        SELECT CASE WHEN count(*) = 1 THEN true
                    ELSE ${schema}.oncely_fence_lost(count(*))
               END AS completed
          FROM done`,
     ),
-    // $1 scope, $2 key, $3 token. Invariant 11: an interrupted claim is never deleted.
+    // $1 scope, $2 key, $3 token, $4 the key channel. Invariant 11: an interrupted claim is never deleted.
     release: named(
       'release',
       `DELETE FROM ${table}
-        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress' AND NOT interrupted`,
+        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress' AND NOT interrupted
+      ${wakeWaiters('$4')}`,
     ),
     // Keeps locked_at, so a suspended claim nobody retries still shows as stuck. $4 the error that
-    // kept the outcome from being stored, or NULL.
+    // kept the outcome from being stored, or NULL; $5 the key channel.
     suspend: named(
       'suspend',
       `UPDATE ${table}
           SET lock_token = NULL, interrupted = true, outcome_error = $4, updated_at = now()
-        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
+        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'
+      ${wakeWaiters('$5')}`,
+    ),
+    // Issue 23: a waiting duplicate marks the claim it waits for, so its end notifies (above). Only
+    // that claim, still running, and only once: the waiters after the first write nothing. True when
+    // the claim is marked; false when it has ended or changed (or a concurrent mark committed after
+    // this statement's snapshot: the waiter then reads once more). $1 scope, $2 key, $3 claim id.
+    awaitClaim: named(
+      'await_claim',
+      `WITH marked AS (
+         UPDATE ${table} SET awaited = true
+          WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress' AND NOT awaited
+         RETURNING 1
+       )
+       SELECT EXISTS (SELECT 1 FROM marked)
+           OR EXISTS (SELECT 1 FROM ${table}
+                       WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress' AND awaited) AS marked`,
     ),
     // Invariant 9: a small batch, skipping rows another transaction holds, and the expiry checked
     // again on the locked row so a key being reclaimed is never deleted. Invariant 11: only

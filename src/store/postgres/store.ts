@@ -1,12 +1,13 @@
 import { createHash } from 'node:crypto'
 import { OncelyError } from '../../errors.js'
 import { describeKind, invalid, invalidHidden, positiveInteger } from '../../option-validation.js'
-import type { CarriedPhases, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, TakeOverInput } from '../../engine/store.js'
+import type { CarriedPhases, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, TakeOverInput, WatchedClaim } from '../../engine/store.js'
 import type { ClaimAttempt, ClaimSnapshot, ClaimState, WriteStatement } from '../../engine/types.js'
 import type { PoolLike, Queryable } from './executor.js'
 import { claimOf, snapshotOf } from './key-rows.js'
 import { isTransientPgError, SQLSTATE, sqlState } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
+import { ClaimWatcher } from './claim-watcher.js'
 import { bind, flight, send, transaction } from './statement-runner.js'
 import { buildStatements, type ClaimRow, type HeldRow, type KeyRow, type Statement } from './statements.js'
 
@@ -34,6 +35,15 @@ export interface PostgresStoreOptions {
    * Must be below `statementTimeoutMs`. (Default: 2000)
    */
   lockTimeoutMs?: number
+  /**
+   * Wake duplicates waiting for a claim in flight (`waitMs`) by LISTEN/NOTIFY when it ends, instead
+   * of by their next read alone: `true` listens on one connection of `pool`, opened while someone
+   * waits; a pool listens on one of its connections instead (one reaching PostgreSQL past
+   * PgBouncer, say); `false` never listens, and waiters poll. Turn it off, or give a direct pool,
+   * behind PgBouncer in transaction mode, which does not carry LISTEN. The connection is one of
+   * the pool's while someone waits, so a `pg.Pool` of `max: 1` never listens. (Default: true)
+   */
+  listen?: boolean | PoolLike
 }
 
 /** The PostgreSQL store, with the statements it runs exposed for operations tooling. */
@@ -45,6 +55,8 @@ export interface PostgresStore extends IdempotencyStore<Queryable> {
   countStaleClaims(staleAfterMs: number): Promise<number>
   /** Counts `in_progress` claims created more than `ageMs` ago, their lease fresh or not. */
   countClaimsOlderThan(ageMs: number): Promise<number>
+  /** LISTEN connections made so far for waiting duplicates, reconnects included. */
+  readonly listenConnections: number
 }
 
 export const DEFAULT_STATEMENT_TIMEOUT_MS = 5000
@@ -75,10 +87,17 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
   const timeoutMs = positiveInteger('statementTimeoutMs', options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS)
   const lockTimeoutMs = positiveInteger('lockTimeoutMs', options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS)
   if (lockTimeoutMs >= timeoutMs) throw invalid('lockTimeoutMs', `must be below statementTimeoutMs (${timeoutMs})`, lockTimeoutMs)
-  const prefix = options.preparedStatements === false ? undefined : `oncely_${createHash('sha256').update(quoted).digest('hex').slice(0, 8)}`
+  const schemaHash = createHash('sha256').update(quoted).digest('hex').slice(0, 8)
+  const prefix = options.preparedStatements === false ? undefined : `oncely_${schemaHash}`
+  // One channel per schema: two stores on one database wake only their own waiters.
+  const channel = `oncely_keys_${schemaHash}`
   const sql = buildStatements(quoted, prefix)
   const begin = sql.begin(timeoutMs, lockTimeoutMs)
   const pool = options.pool
+  const listen = options.listen ?? true
+  if (typeof listen !== 'boolean' && (typeof listen?.query !== 'function' || typeof listen.connect !== 'function')) {
+    throw invalidHidden('listen', 'must be a boolean, or a pool with query() and connect(), like pg.Pool', describeKind(listen))
+  }
 
   const run = <R>(db: Queryable, statement: Statement, values: unknown[]) =>
     // The caller's own transaction keeps its own settings: no client-side timeout there.
@@ -91,9 +110,20 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     const { rows } = await run<HeldRow>(pool, statement, values)
     return rows[0] ? claimOf(scope, key, rows[0]) : null
   }
+  // A pool of one connection cannot lend it to LISTEN: its waiters could then never read.
+  const watcher =
+    listen === false || (listen === true && poolSize(pool) < 2)
+      ? undefined
+      : new ClaimWatcher(listen === true ? pool : listen, channel, async (claim) => {
+          const { rows } = await run<{ marked: boolean }>(pool, sql.awaitClaim, [claim.scope, claim.key, claim.claimId])
+          return rows[0]?.marked === true
+        })
 
   return Object.freeze({
     schema,
+    get listenConnections() {
+      return watcher?.connections ?? 0
+    },
     /**
      * One round trip decides (Invariant 1). A second happens only when the insert lost a race to
      * a row committed after the statement's snapshot (then neither branch sees a row).
@@ -137,10 +167,10 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       return fenced(pool, sql.renewLease, fence, [ttlMs])
     },
     async complete(fence: Fence, outcome: FinalOutcome, tx?: Queryable) {
-      return fenced(tx ?? pool, sql.complete, fence, completionValues(outcome))
+      return fenced(tx ?? pool, sql.complete, fence, [...completionValues(outcome), channel])
     },
     async completeInFlight(fence: Fence, outcome: FinalOutcome, writes: readonly WriteStatement[]) {
-      const completion = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(outcome)])
+      const completion = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(outcome), channel])
       try {
         await flight(pool, begin, timeoutMs, [completion, ...writes])
         return true
@@ -153,11 +183,12 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     async transaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T> {
       return transaction(pool, begin, timeoutMs, work)
     },
+    ...(watcher === undefined ? {} : { watchClaim: (claim: WatchedClaim, wake: () => void) => watcher.watch(claim, wake) }),
     async release(fence: Fence) {
-      return fenced(pool, sql.release, fence, [])
+      return fenced(pool, sql.release, fence, [channel])
     },
     async suspend(fence: Fence, outcomeError?: string) {
-      return fenced(pool, sql.suspend, fence, [outcomeError ?? null])
+      return fenced(pool, sql.suspend, fence, [outcomeError ?? null, channel])
     },
     isTransientError(error: unknown): boolean {
       return (error instanceof OncelyError && error.code === 'ONCELY_STORE_UNAVAILABLE') || isTransientPgError(error)
@@ -181,4 +212,10 @@ function completionValues(outcome: FinalOutcome): unknown[] {
   const { response } = outcome
   const body = Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength)
   return [outcome.status, response.status, JSON.stringify(response.headers), body]
+}
+
+/** A `pg.Pool`'s `max`, or Infinity for a pool that does not say. */
+function poolSize(pool: PoolLike): number {
+  const max = (pool as { options?: { max?: unknown } }).options?.max
+  return typeof max === 'number' ? max : Number.POSITIVE_INFINITY
 }

@@ -1,7 +1,8 @@
+import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
 import Fastify, { type FastifyRequest } from 'fastify'
 import { oncelyFastify } from '../../../src/adapters/fastify.js'
-import { frameworkOptions, requestBody, requestHeaders, type AdapterHarness } from '../harness.js'
+import { fetchFrom, frameworkOptions, requestBody, requestHeaders, type AdapterHarness } from '../harness.js'
 
 export const fastifyHarness: AdapterHarness = {
   name: 'fastify',
@@ -31,8 +32,14 @@ export const fastifyHarness: AdapterHarness = {
       await app.close()
       throw error
     }
+    let port: Promise<number> | undefined
     return {
       async request(request) {
+        // inject() has no connection for a client to close: a request that may be aborted goes over real HTTP.
+        if (request.signal !== undefined) {
+          port ??= app.listen({ port: 0, host: '127.0.0.1' }).then(() => (app.server.address() as AddressInfo).port)
+          return fetchFrom(await port, request)
+        }
         const body = requestBody(request)
         const response = await app.inject({
           method: request.method as 'POST',
@@ -47,7 +54,10 @@ export const fastifyHarness: AdapterHarness = {
         }
         return { status: response.statusCode, headers, body: response.rawPayload }
       },
-      close: () => app.close(),
+      async close() {
+        if (port !== undefined) app.server.closeAllConnections()
+        await app.close()
+      },
     }
   },
 }

@@ -35,6 +35,7 @@ export const honoHarness: AdapterHarness = {
           method: request.method,
           headers: requestHeaders(request),
           ...(body === undefined ? {} : { body }),
+          ...(request.signal === undefined ? {} : { signal: request.signal }),
         })
         return { status: response.status, headers: response.headers, body: Buffer.from(await response.arrayBuffer()) }
       },

@@ -1,9 +1,9 @@
-import type { PoolClientLike, PoolLike } from '../store/postgres/executor.js'
-import { buildListenStatements } from '../store/postgres/statements-outbox.js'
+import type { PoolClientLike, PoolLike } from './executor.js'
+import { buildListenStatements } from './statements-outbox.js'
 
 /** A checked-out `pg` client: it emits notifications and errors. */
 interface ListeningClient extends PoolClientLike {
-  on(event: 'notification', listener: (message: { channel: string }) => void): unknown
+  on(event: 'notification', listener: (message: { channel: string; payload?: string }) => void): unknown
   on(event: 'error' | 'end', listener: (error?: Error) => void): unknown
   removeAllListeners?(event?: string): unknown
 }
@@ -11,17 +11,28 @@ interface ListeningClient extends PoolClientLike {
 const RECONNECT_BASE_MS = 250
 const RECONNECT_MAX_MS = 30_000
 
+/** What a listener tells its owner besides each notification's payload. */
+export interface WakeUpHooks {
+  /** The connection is listening; `reconnected` after a loss (what was sent meanwhile was missed). */
+  connected?: (reconnected: boolean) => void
+  /** The connection was lost; a reconnect is scheduled. */
+  lost?: () => void
+}
+
 /**
- * LISTEN on a dedicated connection (docs/conventions.md, SQL): a hint that wakes the relay early, never the
- * truth, which is the poll. Reconnects by itself with capped, jittered backoff, and wakes the
- * relay after every (re)connect so what was committed while it was away is read at once.
+ * LISTEN on a dedicated connection (docs/conventions.md, SQL): a hint that wakes its owner (the
+ * relay, the store's waiting duplicates) early, never the truth, which is the poll. Reconnects by
+ * itself with capped, jittered backoff, and wakes its owner after every (re)connect so what was
+ * committed while it was away is read at once.
  */
 export class WakeUpListener {
   readonly #pool: PoolLike
   readonly #channel: string
   readonly #sql: { listen: string; unlisten: string }
-  readonly #wake: () => void
+  readonly #wake: (payload: string) => void
   readonly #log: (line: string) => void
+  readonly #label: string
+  readonly #hooks: WakeUpHooks
   #client: ListeningClient | undefined
   #stopped = false
   #failures = 0
@@ -29,12 +40,19 @@ export class WakeUpListener {
   /** Connections made so far (for tests and diagnostics). */
   connections = 0
 
-  constructor(pool: PoolLike, channel: string, wake: () => void, log: (line: string) => void) {
+  constructor(pool: PoolLike, channel: string, wake: (payload: string) => void, log: (line: string) => void, label = 'oncely relay', hooks: WakeUpHooks = {}) {
     this.#pool = pool
     this.#channel = channel
     this.#sql = buildListenStatements(channel)
     this.#wake = wake
     this.#log = log
+    this.#label = label
+    this.#hooks = hooks
+  }
+
+  /** True while the connection is listening. */
+  get listening(): boolean {
+    return this.#client !== undefined
   }
 
   start(): void {
@@ -48,11 +66,11 @@ export class WakeUpListener {
       client = (await this.#pool.connect()) as ListeningClient
       if (typeof client.on !== 'function') {
         client.release()
-        this.#log('oncely relay: the pool\'s clients emit no notifications; relying on polling alone')
+        this.#log(`${this.#label}: the pool's clients emit no notifications; relying on polling alone`)
         return
       }
       client.on('notification', (message) => {
-        if (message.channel === this.#channel) this.#wake()
+        if (message.channel === this.#channel) this.#wake(message.payload ?? '')
       })
       client.on('error', (error) => this.#lost(client, error))
       client.on('end', () => this.#lost(client, undefined))
@@ -64,7 +82,8 @@ export class WakeUpListener {
       this.#client = client
       this.#failures = 0
       this.connections++
-      this.#wake()
+      this.#hooks.connected?.(this.connections > 1)
+      this.#wake('')
     } catch (error) {
       this.#lost(client, error as Error)
     }
@@ -81,10 +100,11 @@ export class WakeUpListener {
       }
     }
     if (this.#stopped || this.#retry !== undefined) return
+    this.#hooks.lost?.()
     this.#failures++
     const cap = Math.min(RECONNECT_MAX_MS, RECONNECT_BASE_MS * 2 ** Math.min(this.#failures - 1, 16))
     const delay = Math.round(cap / 2 + (Math.random() * cap) / 2)
-    this.#log(`oncely relay: the LISTEN connection was lost (${error?.message ?? 'closed'}); reconnecting in ${delay} ms, polling meanwhile`)
+    this.#log(`${this.#label}: the LISTEN connection was lost (${error?.message ?? 'closed'}); reconnecting in ${delay} ms, polling meanwhile`)
     this.#retry = setTimeout(() => {
       this.#retry = undefined
       void this.#connect()
