@@ -6,6 +6,8 @@ import type { ResolvedEngineOptions } from './options.js'
 import { retryTransient } from './retry.js'
 import type { Fence } from './store.js'
 import type { ClaimKind, ClaimSnapshot, ClaimState, IdempotencyRequest, StoredResponse } from './types.js'
+import { openResponse } from './encrypted-store.js'
+import { isSealedBytes } from './encryption-keys.js'
 
 /** What `begin` does with a request once its key is valid. */
 export type ClaimOutcome =
@@ -82,6 +84,10 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
       })
       switch (decision.kind) {
         case 'replay':
+          // Issue 23: a sealed response reaching here was never opened (encryption is off):
+          // a clear error, never its ciphertext replayed.
+          if (isSealedBytes(decision.response.body)) openResponse(undefined, snapshot, decision.response)
+          return decision
         case 'mismatch':
           return decision
         case 'conflict':
