@@ -1,4 +1,8 @@
+import { execFile } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
+import { readFile } from 'node:fs/promises'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 import { Hono } from 'hono'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest, isOncelyError, type EncryptionOptions, type StoredResponse } from '../../src/index.js'
@@ -140,5 +144,21 @@ describe('encryption at rest', () => {
     expect(() => engineWith({ keys: { A: randomBytes(16) }, current: 'A' })).toThrow(/option encryption.keys.A must be 32 bytes/)
     expect(() => engineWith({ keys: { A: keyA }, current: 'B' })).toThrow(/option encryption.current/)
     expect(() => engineWith({ keys: { 'a:b': keyA }, current: 'a:b' })).toThrow(/option encryption.keys/)
+  })
+})
+
+describe('the encryption example', () => {
+  it('runs and prints what its comments say, and docs/encryption.md shows it exactly', { timeout: 60_000 }, async () => {
+    const own = await createTestDatabase()
+    try {
+      const file = fileURLToPath(new URL('../../examples/encryption.ts', import.meta.url))
+      const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', file], { env: { ...process.env, DATABASE_URL: own.url, ONCELY_SCHEMA: own.schema } })
+      const source = await readFile(file, 'utf8')
+      expect(stdout.trim().split('\n')).toEqual([...source.matchAll(/\/\/ ((?:executed|replay|encrypted|in clear).*)$/gm)].map((match) => match[1]))
+      expect(stdout).toContain('encrypted\n')
+      expect(await readFile(new URL('../../docs/encryption.md', import.meta.url), 'utf8')).toContain('```ts\n' + source + '```')
+    } finally {
+      await own.close()
+    }
   })
 })
