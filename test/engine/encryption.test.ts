@@ -79,6 +79,21 @@ describe('encryption at rest', () => {
     await next.execution.complete(response)
   })
 
+  it('with encryption off, a sealed step result is refused before the take-over, never run on as garbage', async () => {
+    const key = newKey()
+    const first = await engineWith(onlyA).begin({ scope: 'u1', key, fingerprint: print })
+    if (first.kind !== 'execute') throw new Error(first.kind)
+    await first.execution.step('charge', () => ({ providerCharge: 'pch_kept' }))
+    await first.execution.suspend()
+    await expect(engineWith(undefined).begin({ scope: 'u1', key, fingerprint: print })).rejects.toThrow(/the step:charge of key .* is encrypted \(key id "A"\) and no encryption keys are configured/)
+    // Nothing changed: the claim is still there to resume with the key.
+    const next = await engineWith(onlyA).begin({ scope: 'u1', key, fingerprint: print })
+    if (next.kind !== 'execute') throw new Error(next.kind)
+    expect(next.execution.how).toBe('take-over')
+    expect(await next.execution.step('charge', () => ({ providerCharge: 'again' }))).toEqual({ providerCharge: 'pch_kept' })
+    await next.execution.complete(response)
+  })
+
   it('after a rotation, rows under the old key still replay and new rows carry the new key id', async () => {
     const old = newKey()
     await completeWithStep(onlyA, old)
