@@ -6,6 +6,13 @@ import { invalid, invalidHidden } from '../option-validation.js'
  * Keys for encryption at rest (issue 23): 32-byte AES-256 keys by id, as a `Buffer`/`Uint8Array`
  * or base64 text. New values are sealed under `current`; every key listed still opens the values
  * sealed under it, so a key is rotated by adding the new one as `current` and keeping the old.
+ *
+ * @example
+ * ```ts
+ * import { randomBytes } from 'node:crypto'
+ * import type { EncryptionOptions } from 'oncely'
+ * const rotated: EncryptionOptions = { keys: { k2025: process.env.KEY_2025 ?? '', k2026: randomBytes(32) }, current: 'k2026' }
+ * ```
  */
 export interface EncryptionOptions {
   /** Key id → 32-byte key (bytes, or base64). Ids are 1 to 64 of `A-Z a-z 0-9 _ . -`. (Default: none, required) */
@@ -47,6 +54,13 @@ export function resolveKeyring(option: EncryptionOptions): Keyring {
 /**
  * Reads keys from text, as the reference service and the CLI take them from the environment:
  * `id:base64,id:base64`; the current key is `current` when given, else the last listed.
+ *
+ * @example
+ * ```ts
+ * import { createEngine, parseEncryptionKeys } from 'oncely'
+ * const encryption = parseEncryptionKeys(process.env.ONCELY_ENCRYPTION_KEYS ?? '', process.env.ONCELY_ENCRYPTION_CURRENT)
+ * const sealed = createEngine({ store, encryption })
+ * ```
  */
 export function parseEncryptionKeys(text: string, current?: string): EncryptionOptions {
   const keys: Record<string, string> = {}
