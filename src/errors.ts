@@ -24,6 +24,7 @@ export const ERROR_CODES = {
   ONCELY_CLIENT_OPERATION_MISMATCH: 'an operationId was reused with a different request; nothing was sent',
   ONCELY_CLIENT_ABORTED: 'the caller aborted the request through its AbortSignal',
   ONCELY_CLIENT_REQUEST_FAILED: 'an attempt failed for a reason that is not a network failure, so it was not retried',
+  ONCELY_DECRYPTION_FAILED: 'a stored value is encrypted and does not decrypt: its key id is not configured, the key is wrong, or the value was altered',
   ONCELY_KEY_STORE_FAILED: 'the client key store could not read or persist a key',
 } as const
 

@@ -24,6 +24,7 @@ export const PROBLEM_TYPES = Object.freeze({
   invalidJson: 'https://oncely.dev/problems/invalid-json',
   bodyTooLarge: 'https://oncely.dev/problems/body-too-large',
   resultUnavailable: 'https://oncely.dev/problems/result-unavailable',
+  recordUnreadable: 'https://oncely.dev/problems/record-unreadable',
 })
 
 /**

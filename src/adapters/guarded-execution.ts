@@ -94,15 +94,20 @@ export class GuardedExecution<Tx> {
       await this.#letGo()
       return sent(status)
     }
-    let response: StoredResponse = { status, headers: storableHeaders(captured.headers), body: captured.body }
-    if (captured.body.byteLength > this.#options.maxStoredBodyBytes) {
+    const redacted = await this.#redacted({ status, headers: storableHeaders(captured.headers), body: captured.body })
+    let response: StoredResponse
+    if (!redacted.ok || redacted.response.body.byteLength > this.#options.maxStoredBodyBytes) {
       // Issue 8 path 5 and issue 23: an outcome that is not recorded would be run again by every
       // retry, so the outcome is recorded with a marker in place of the body: the first caller
       // gets the response, a retry the result-unavailable problem, and nothing runs twice.
-      const reason = `the ${status} response had ${captured.body.byteLength} bytes, more than maxStoredBodyBytes (${this.#options.maxStoredBodyBytes}), so it was not stored`
+      const reason = redacted.ok
+        ? `the ${status} response had ${redacted.response.body.byteLength} bytes, more than maxStoredBodyBytes (${this.#options.maxStoredBodyBytes}), so it was not stored`
+        : `the redact hook failed on the ${status} response (${redacted.reason}), so it was not stored`
       const marker = resultUnavailableResponse(status, reason, this.#options.keyTtlSeconds)
       this.#options.log.warn({ ...this.logFields, code: 'ONCELY_RESPONSE_NOT_REPLAYABLE', instance: marker.instance }, `oncely: ${reason}; a retry is answered 500 result-unavailable`)
       response = marker.response
+    } else {
+      response = redacted.response
     }
     try {
       await this.#store(status < 400 ? 'completed' : 'failed', response)
@@ -143,6 +148,21 @@ export class GuardedExecution<Tx> {
         })
     this.#options.log.error({ ...this.logFields, ...codeOf(error), instance: answer.instance }, `oncely: the outcome could not be stored: ${this.#describe(error)}`)
     return [answer, 503, 'failed']
+  }
+
+  /** The `redact` hook's response, checked: a response of the same status, or why not (issue 23). */
+  async #redacted(response: StoredResponse): Promise<{ ok: true; response: StoredResponse } | { ok: false; reason: string }> {
+    const { redact } = this.#options
+    if (redact === undefined) return { ok: true, response }
+    try {
+      const result: unknown = await redact(response)
+      const shaped = result as Partial<StoredResponse> | null
+      if (typeof shaped !== 'object' || shaped === null || !Array.isArray(shaped.headers) || !(shaped.body instanceof Uint8Array)) return { ok: false, reason: 'it returned no { status, headers, body } response' }
+      if (shaped.status !== response.status) return { ok: false, reason: `it changed the status to ${String(shaped.status)}` }
+      return { ok: true, response: { status: response.status, headers: storableHeaders(shaped.headers), body: shaped.body } }
+    } catch (error) {
+      return { ok: false, reason: `it threw: ${this.#describe(error)}` }
+    }
   }
 
   #notReplayable(detail: string): [HttpAnswer, number, Outcome] {

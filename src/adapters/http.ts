@@ -86,6 +86,14 @@ export async function beginGuarded<Req, Tx>(options: ResolvedAdapterOptions<Req,
       options.log.error({ ...fields, code: 'ONCELY_INVALID_SCOPE', instance: refusal.instance }, `oncely: ${describeForLog(error, sentKey)}`)
       return answer('failed', refusal)
     }
+    if (isOncelyError(error, 'ONCELY_DECRYPTION_FAILED')) {
+      // Issue 23: an encrypted record that does not open is a key to put back, not an outage;
+      // never its ciphertext replayed, never the operation run again.
+      const detail = 'the stored record of this Idempotency-Key is encrypted and could not be decrypted; it is not replayed and not run again, quote the instance to support'
+      const refusal = problem({ status: 500, type: PROBLEM_TYPES.recordUnreadable, title: 'Idempotency record unreadable', detail, retryable: false, advice: { newKeySafe: false, state: 'unknown' }, keyTtlSeconds: ttl })
+      options.log.error({ ...fields, code: 'ONCELY_DECRYPTION_FAILED', instance: refusal.instance }, `oncely: ${describeForLog(error, sentKey)}`)
+      return answer('failed', refusal)
+    }
     const unavailable = storeUnavailableAnswer('the idempotency record could not be read; retry with the same key', ttl)
     options.log.error({ ...fields, ...codeOf(error), instance: unavailable.instance }, `oncely: the idempotency store failed to answer: ${describeForLog(error, sentKey)}`)
     return answer('failed', unavailable)

@@ -1,4 +1,5 @@
 import type { Engine } from '../engine/engine.js'
+import type { StoredResponse } from '../engine/types.js'
 import { invalid, optionalBoolean, optionalFunction, positiveInteger, stringList } from '../option-validation.js'
 import { resolveLogger, type Logger, type LogOption } from '../ops/logger.js'
 import { parsePointers, type Pointer } from './excluded-fields.js'
@@ -59,6 +60,16 @@ export interface AdapterOptions<Req, Tx = unknown> {
    */
   maxStoredBodyBytes?: number
   /**
+   * Called with a response before it is stored; what it returns is stored and replayed to
+   * retries, while the first caller gets the response as the handler sent it. For data a replay
+   * must not carry (a card number, a one-time secret). It must keep the status. A hook that
+   * throws (or returns no response, or another status) is handled like a body over
+   * `maxStoredBodyBytes`: the first caller still gets its answer, the outcome is recorded with a
+   * 500 `…/result-unavailable` problem in its place, and nothing runs twice. (Default: none,
+   * stored as sent)
+   */
+  redact?: (response: StoredResponse) => StoredResponse | Promise<StoredResponse>
+  /**
    * `false` lets a request without an `Idempotency-Key` run unguarded (reported to `onOutcome` as
    * `unkeyed`), to switch oncely on before every client sends keys. A request with a key is
    * always guarded. (Default: `true`: a guarded request without a key gets 400)
@@ -109,6 +120,7 @@ export interface ResolvedAdapterOptions<Req, Tx = unknown> {
   readonly routes: ((method: string, path: string) => boolean) | undefined
   readonly query: readonly string[]
   readonly maxStoredBodyBytes: number
+  readonly redact: ((response: StoredResponse) => StoredResponse | Promise<StoredResponse>) | undefined
   readonly required: boolean
   readonly excludeBodyFields: readonly Pointer[]
   readonly xIdempotentReplayed: boolean
@@ -145,6 +157,7 @@ export function resolveAdapterOptions<Req, Tx>(options: AdapterOptions<Req, Tx>)
     routes,
     query: Object.freeze(query),
     maxStoredBodyBytes,
+    redact: optionalFunction('redact', options.redact),
     required: optionalBoolean('required', options.required) ?? true,
     excludeBodyFields: parsePointers('excludeBodyFields', options.excludeBodyFields ?? []),
     xIdempotentReplayed: optionalBoolean('xIdempotentReplayed', options.xIdempotentReplayed) ?? false,

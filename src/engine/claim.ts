@@ -6,6 +6,8 @@ import type { ResolvedEngineOptions } from './options.js'
 import { retryTransient } from './retry.js'
 import type { Fence } from './store.js'
 import type { ClaimKind, ClaimSnapshot, ClaimState, IdempotencyRequest, StoredResponse } from './types.js'
+import { openPhases, openResponse } from './encrypted-store.js'
+import { isSealedBytes, isSealedText } from './encryption-keys.js'
 
 /** What `begin` does with a request once its key is valid. */
 export type ClaimOutcome =
@@ -83,11 +85,18 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
       })
       switch (decision.kind) {
         case 'replay':
+          // Issue 23: a sealed response reaching here was never opened (encryption is off):
+          // a clear error, never its ciphertext replayed.
+          if (isSealedBytes(decision.response.body)) openResponse(undefined, snapshot, decision.response)
+          return decision
         case 'mismatch':
           return decision
         case 'conflict':
           return { kind: 'conflict', retryAfterSeconds: Math.ceil(decision.retryAfterMs / 1000), claimId: snapshot.claimId }
         case 'take-over': {
+          // Issue 23: step results still sealed here were never opened (encryption is off):
+          // refused before the take-over, never handed to the steps as their results.
+          if (Object.values(snapshot.phases).some(isSealedText)) openPhases(undefined, snapshot, snapshot.phases)
           tried = 'take-over'
           let ambiguous = false
           const taken = await retrying(

@@ -1,4 +1,6 @@
 import { invalid, positiveInteger } from '../option-validation.js'
+import { withEncryption } from './encrypted-store.js'
+import { resolveKeyring, type EncryptionOptions } from './encryption-keys.js'
 import type { IdempotencyStore } from './store.js'
 
 export interface EngineOptions<Tx = unknown> {
@@ -48,9 +50,16 @@ export interface EngineOptions<Tx = unknown> {
    * the notification, for a claim that goes stale or a notification lost. Jittered. (Default: 1000)
    */
   waitWatchedPollMs?: number
+  /**
+   * Encryption at rest (AES-256-GCM): stored responses (headers and body) and step results are
+   * sealed under `current` and opened by whichever listed key sealed them; status and
+   * fingerprint stay in clear. A value that does not decrypt throws `ONCELY_DECRYPTION_FAILED`,
+   * never replayed. See docs/encryption.md. (Default: none, stored in clear)
+   */
+  encryption?: EncryptionOptions
 }
 
-export type ResolvedEngineOptions<Tx = unknown> = Readonly<Required<EngineOptions<Tx>>>
+export type ResolvedEngineOptions<Tx = unknown> = Readonly<Required<Omit<EngineOptions<Tx>, 'encryption'>>>
 
 export const DEFAULT_TTL_MS = 86_400_000
 export const DEFAULT_STALE_AFTER_MS = 90_000
@@ -63,10 +72,12 @@ export const DEFAULT_WAIT_WATCHED_POLL_MS = 1000
 /** Resolves, validates and freezes the options once, at start-up (docs/conventions.md, Shape). */
 export function resolveEngineOptions<Tx>(options: EngineOptions<Tx>): ResolvedEngineOptions<Tx> {
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
-  const { store } = options
-  if (typeof store !== 'object' || store === null || typeof store.claim !== 'function') {
-    throw invalid('store', 'must be an IdempotencyStore such as createPostgresStore({ pool })', store)
+  const { store: given } = options
+  if (typeof given !== 'object' || given === null || typeof given.claim !== 'function') {
+    throw invalid('store', 'must be an IdempotencyStore such as createPostgresStore({ pool })', given)
   }
+  // Outermost, so a cache behind it holds ciphertext too; no wrapper at all when it is off.
+  const store = options.encryption === undefined ? given : withEncryption(given, resolveKeyring(options.encryption))
   const ttlMs = positiveInteger('ttlMs', options.ttlMs ?? DEFAULT_TTL_MS)
   const staleAfterMs = positiveInteger('staleAfterMs', options.staleAfterMs ?? DEFAULT_STALE_AFTER_MS)
   const leaseRenewMs = positiveInteger('leaseRenewMs', options.leaseRenewMs ?? Math.max(1, Math.floor(staleAfterMs / 3)))

@@ -1,6 +1,8 @@
 import { DEFAULT_STALE_AFTER_MS } from '../engine/options.js'
 import { positiveInteger } from '../option-validation.js'
 import { deriveStepKey } from '../engine/phases.js'
+import { openPhases, openResponse } from '../engine/encrypted-store.js'
+import { isSealedBytes, isSealedText, resolveKeyring, sealedKeyId, type EncryptionOptions, type Keyring } from '../engine/encryption-keys.js'
 import type { KeyDetailRow, KeyRow } from '../store/postgres/statements-ops.js'
 import { resolveAdminDatabase, toNumber, type AdminDatabase } from './admin-database.js'
 
@@ -43,9 +45,24 @@ export interface StepRecord {
   providerKey: string
 }
 
+/** A stored value encrypted at rest (the engine's `encryption`), and whether it was decrypted. */
+export interface SealedField {
+  /** `response`, or `step:<name>`. */
+  field: string
+  keyId: string
+  opened: boolean
+  /** Why it was not: no keys given, the key id unknown, or it does not decrypt. */
+  reason?: string
+}
+
 /** `KeySummary` and everything stored with the key. */
 export interface KeyDetails extends KeySummary {
   steps: StepRecord[]
+  /**
+   * Every encrypted value of the row. One not opened keeps its stored form: a step's result is
+   * the sealed string, the response's headers are empty and its body the envelope in base64.
+   */
+  encrypted: SealedField[]
   /** The stored response; the body as UTF-8 text when it is, else base64. */
   response: { status: number; headers: Array<[string, string]>; body: string; bodyEncoding: 'utf8' | 'base64' } | null
 }
@@ -90,9 +107,10 @@ export async function listKeys(target: AdminDatabase, options: ListKeysOptions =
  * if (key?.state === 'stuck') console.log(key.steps.map((step) => step.providerKey))
  * ```
  */
-export async function inspectKey(target: AdminDatabase, options: { scope: string; key: string; staleAfterMs?: number }): Promise<KeyDetails | undefined> {
+export async function inspectKey(target: AdminDatabase, options: { scope: string; key: string; staleAfterMs?: number; encryption?: EncryptionOptions }): Promise<KeyDetails | undefined> {
+  const ring = options.encryption === undefined ? undefined : resolveKeyring(options.encryption)
   const row = await readKeyRow(target, options)
-  return row === undefined ? undefined : detailsOf(row)
+  return row === undefined ? undefined : detailsOf(row, ring)
 }
 
 /** The row behind `inspectKey`, with the fence token `releaseKey` compares. */
@@ -124,26 +142,42 @@ export function summaryOf(row: KeyRow): KeySummary {
   }
 }
 
-export function detailsOf(row: KeyDetailRow): KeyDetails {
-  const steps = Object.entries(row.phase_data ?? {}).map(([name, result]) => ({
+export function detailsOf(row: KeyDetailRow, ring?: Keyring): KeyDetails {
+  const encrypted: SealedField[] = []
+  // Issue 23: each sealed value opened on its own, so one that does not open hides nothing else.
+  const open = <T>(field: string, sealed: Uint8Array | string, opener: () => T, fallback: T): T => {
+    try {
+      const value = opener()
+      encrypted.push({ field, keyId: sealedKeyId(sealed), opened: true })
+      return value
+    } catch (error) {
+      encrypted.push({ field, keyId: sealedKeyId(sealed), opened: false, reason: (error as Error).message })
+      return fallback
+    }
+  }
+  const where = { scope: row.scope, key: row.key }
+  const steps = Object.entries(row.phase_data ?? {}).map(([name, stored]) => ({
     name,
-    result,
+    result: isSealedText(stored) ? open(`step:${name}`, stored, () => openPhases(ring, where, { [name]: stored })[name], stored as unknown) : stored,
     providerKey: deriveStepKey({ scope: row.scope, key: row.key, claimId: row.claim_id, step: name }),
   }))
   let response: KeyDetails['response'] = null
   if (row.response_status !== null && row.response_body !== null) {
-    const text = new TextDecoder('utf-8', { fatal: true })
+    const stored = { status: row.response_status, headers: row.response_headers ?? [], body: row.response_body }
+    const opened = isSealedBytes(stored.body) ? open('response', stored.body, () => openResponse(ring, where, stored), undefined) : stored
+    const bytes = Buffer.from(opened?.body ?? stored.body)
     let body: string
     let bodyEncoding: 'utf8' | 'base64' = 'utf8'
     try {
-      body = text.decode(row.response_body)
+      if (opened === undefined) throw new Error('still encrypted')
+      body = new TextDecoder('utf-8', { fatal: true }).decode(bytes)
     } catch {
-      body = row.response_body.toString('base64')
+      body = bytes.toString('base64')
       bodyEncoding = 'base64'
     }
-    response = { status: row.response_status, headers: row.response_headers ?? [], body, bodyEncoding }
+    response = { status: stored.status, headers: (opened?.headers ?? []).map(([name, value]) => [name, value]), body, bodyEncoding }
   }
-  return { ...summaryOf(row), steps, response }
+  return { ...summaryOf(row), steps, encrypted, response }
 }
 
 function stateOf(row: KeyRow): KeySummary['state'] {

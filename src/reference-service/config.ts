@@ -1,4 +1,4 @@
-import { DEFAULT_STALE_AFTER_MS, DEFAULT_TTL_MS } from '../index.js'
+import { DEFAULT_STALE_AFTER_MS, DEFAULT_TTL_MS, parseEncryptionKeys, type EncryptionOptions } from '../index.js'
 
 /** The ways the service can guard `POST /v1/charges`; only the first is oncely, `none` guards nothing. */
 export const STRATEGIES = ['atomic-phases', 'select-for-update', 'claim-in-transaction', 'none'] as const
@@ -46,12 +46,35 @@ export interface ServiceConfig {
   redisUrl: string | undefined
   /** The HMAC secret of the cache's entries, shared by every process using the cache. (Default: a random one per process) */
   cacheSecret: string | undefined
+  /** Encryption at rest of stored responses and step results, from `id:base64,…` keys. (Default: none, stored in clear) */
+  encryption: EncryptionOptions | undefined
   /** Where the in-process relay publishes the outbox: `nats://…` or `amqp://…`; none: to the log. (Default: none) */
   eventsUrl: string | undefined
   /** Run the outbox relay in-process; turn off when `oncely relay` runs beside it. (Default: true) */
   relay: boolean
   /** NOTIFY the relay in each completion transaction (it serialises commits); off, the relay's poll bounds the latency. (Default: true) */
   outboxNotify: boolean
+}
+
+/** Keys are described, never shown: an id, and how many bytes its key has. */
+function encryptionFrom(keys: string | undefined, current: string | undefined): EncryptionOptions | undefined {
+  if (keys === undefined) {
+    if (current !== undefined) throw new ConfigError(`${ENV.encryptionCurrent} is set but ${ENV.encryptionKeys} is not`)
+    return undefined
+  }
+  let parsed: EncryptionOptions
+  try {
+    parsed = parseEncryptionKeys(keys, current)
+  } catch {
+    throw new ConfigError(`${ENV.encryptionKeys} must be id:base64 pairs separated by commas (not shown)`)
+  }
+  for (const [id, key] of Object.entries(parsed.keys)) {
+    const bytes = typeof key === 'string' ? Buffer.from(key, 'base64').length : key.length
+    if (!/^[A-Za-z0-9_.-]{1,64}$/.test(id)) throw new ConfigError(`${ENV.encryptionKeys} has the key id ${JSON.stringify(id)}; an id is 1 to 64 of A-Z a-z 0-9 _ . -`)
+    if (bytes !== 32) throw new ConfigError(`${ENV.encryptionKeys}: the key ${JSON.stringify(id)} must be 32 bytes of base64 (openssl rand -base64 32); got ${bytes} bytes (not shown)`)
+  }
+  if (!(parsed.current in parsed.keys)) throw new ConfigError(`${ENV.encryptionCurrent} must be one of the ids in ${ENV.encryptionKeys}; got ${JSON.stringify(parsed.current)}`)
+  return parsed
 }
 
 /** A bad setting: the service refuses to start and names it. */
@@ -80,6 +103,8 @@ export const ENV = {
   consolePort: 'CONSOLE_PORT',
   redisUrl: 'REDIS_URL',
   cacheSecret: 'ONCELY_CACHE_SECRET',
+  encryptionKeys: 'ONCELY_ENCRYPTION_KEYS',
+  encryptionCurrent: 'ONCELY_ENCRYPTION_CURRENT',
   eventsUrl: 'EVENTS_URL',
   relay: 'ONCELY_RELAY',
   outboxNotify: 'OUTBOX_NOTIFY',
@@ -119,6 +144,7 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
     consolePort: consolePortFrom(read(ENV.consolePort), port),
     redisUrl: read(ENV.redisUrl),
     cacheSecret: read(ENV.cacheSecret),
+    encryption: encryptionFrom(read(ENV.encryptionKeys), read(ENV.encryptionCurrent)),
     eventsUrl: read(ENV.eventsUrl),
     relay: read(ENV.relay) === undefined ? true : flag(ENV.relay, read(ENV.relay)),
     outboxNotify: read(ENV.outboxNotify) === undefined ? true : flag(ENV.outboxNotify, read(ENV.outboxNotify)),

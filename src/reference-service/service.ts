@@ -87,7 +87,7 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     const cached = await storeWithCache(config, createPostgresStore({ pool, schema: config.schema }), warn)
     push({ name: 'the cache', stop: () => cached.close() })
     const store = cached.store
-    const engine = createEngine<Queryable>({ store, ttlMs: config.ttlMs, staleAfterMs: config.staleAfterMs })
+    const engine = createEngine<Queryable>({ store, ttlMs: config.ttlMs, staleAfterMs: config.staleAfterMs, ...(config.encryption === undefined ? {} : { encryption: config.encryption }) })
     const metrics = createServiceMetrics({ pool, store, config, log: logger })
     collectDefaultMetrics({ register: metrics.registry })
     const providerHttp = createProviderHttp(provider.url)

@@ -14,7 +14,7 @@ describe('doc examples (docs/conventions.md, Code)', () => {
   it('every @example in the public API, and every TypeScript block of the docs, type-checks as written', { timeout: 120_000 }, async () => {
     const fromSource = await extractDocExamples(`${root}src`)
     expect(fromSource.length).toBeGreaterThan(20)
-    const fromDocs = (await Promise.all(['README.md', 'docs/client.md', 'docs/adapters.md', 'docs/reference-service.md', 'docs/operations.md', 'docs/outbox.md', 'docs/redis.md'].map((file) => extractMarkdownExamples(`${root}${file}`).catch(() => [])))).flat()
+    const fromDocs = (await Promise.all(['README.md', 'docs/client.md', 'docs/adapters.md', 'docs/reference-service.md', 'docs/operations.md', 'docs/outbox.md', 'docs/redis.md', 'docs/encryption.md'].map((file) => extractMarkdownExamples(`${root}${file}`).catch(() => [])))).flat()
     const examples = [...fromSource, ...fromDocs]
     // Inside the repository, so that `oncely/...` and the dependencies resolve as for a user.
     const dir = `${root}.doc-examples`

@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util'
+import { parseEncryptionKeys } from '../../engine/encryption-keys.js'
 import type { KeyDetails, KeySummary } from '../../ops/keys.js'
 import { inspectKey, listKeys } from '../../ops/keys.js'
 import { releaseKey } from '../../ops/release-key.js'
@@ -11,12 +12,15 @@ export const command: Command = {
   name: 'keys',
   summary: 'list, show and release idempotency keys',
   help: `usage: oncely keys list [--stuck] [--user U] [--limit N] [--json]
-       oncely keys show USER KEY [--json]
+       oncely keys show USER KEY [--encryption-keys ID:BASE64,...] [--json]
        oncely keys release USER KEY [--force] [--redis-url URL] [--json]
 
 list     keys, stuck and suspended claims first (oldest lease first), then the newest
 show     one key: state, fingerprint, recovery point, step results with the provider key each
-         passed on, lease age, created/expires, the stored response's status and body
+         passed on, lease age, created/expires, the stored response's status and body.
+         Values encrypted at rest are decrypted with --encryption-keys (or
+         ONCELY_ENCRYPTION_KEYS), id:base64 pairs as the service takes them; one that
+         cannot be (no key given, an unknown key id, a wrong key) is named on stderr
 release  deletes a key so that the next request with it runs as a NEW operation. Refuses a
          claim a live worker holds; refuses a claim that may have acted (a step result, a
          suspension, a stored outcome, an owner that died mid-way) unless --force, and then
@@ -28,17 +32,18 @@ release  deletes a key so that the next request with it runs as a NEW operation.
   --user U             only this user's keys
   --limit N            at most N keys (default 100)
   --force              release a claim that may have acted
+  --encryption-keys K  the keys to decrypt with, id:base64,id:base64 (default: ONCELY_ENCRYPTION_KEYS)
 ${REDIS_HELP}
 ${OPS_HELP}
 ${DATABASE_HELP}
 
-exit codes: 0 done, 1 no such key, or the release was refused, or the database failed, or
+exit codes: 0 done, 1 no such key, or a value of it could not be decrypted, or the release was refused, or the database failed, or
 the key was released but the Redis cache could not be reached to evict it, 2 bad usage or
 no database`,
   async run(argv) {
     const { values, positionals } = parseArgs({
       args: argv,
-      options: { ...DATABASE_FLAGS, ...OPS_FLAGS, ...REDIS_FLAGS, stuck: { type: 'boolean' }, user: { type: 'string' }, limit: { type: 'string' }, force: { type: 'boolean' } },
+      options: { ...DATABASE_FLAGS, ...OPS_FLAGS, ...REDIS_FLAGS, stuck: { type: 'boolean' }, user: { type: 'string' }, limit: { type: 'string' }, force: { type: 'boolean' }, 'encryption-keys': { type: 'string' } },
       allowPositionals: true,
       strict: true,
     })
@@ -63,14 +68,21 @@ no database`,
       const scope = user as string
       const name = key as string
       if (action === 'show') {
-        const details = await inspectKey(target, { scope, key: name, staleAfterMs })
+        const keyText = values['encryption-keys'] ?? process.env.ONCELY_ENCRYPTION_KEYS ?? ''
+        const encryption = keyText.trim() === '' ? undefined : parseEncryptionKeys(keyText)
+        const details = await inspectKey(target, { scope, key: name, staleAfterMs, ...(encryption === undefined ? {} : { encryption }) })
         if (details === undefined) {
           process.stderr.write(`oncely keys: user ${scope} has no key ${JSON.stringify(name)}\n`)
           return EXIT.failure
         }
         if (values.json) writeJson(details)
         else process.stdout.write(showText(details))
-        return EXIT.ok
+        const closed = details.encrypted.filter((field) => !field.opened)
+        for (const field of closed) {
+          const hint = encryption === undefined ? ' (give the keys with --encryption-keys or ONCELY_ENCRYPTION_KEYS)' : ''
+          process.stderr.write(`oncely keys: the ${field.field} is encrypted under key id ${JSON.stringify(field.keyId)} and was not decrypted: ${field.reason ?? ''}${hint}\n`)
+        }
+        return closed.length === 0 ? EXIT.ok : EXIT.failure
       }
       if (redisUrl !== undefined) cache = await openRedisEviction(redisUrl, schema)
       const result = await releaseKey(target, {
@@ -121,9 +133,20 @@ function showText(key: KeyDetails): string {
   if (key.leaseAgeMs !== null) lines.push(`  lease           renewed ${formatAge(key.leaseAgeMs)} ago`)
   if (key.interrupted) lines.push('  interrupted     taken over or suspended before: an earlier owner may have acted')
   if (key.outcomeError !== null) lines.push(`  outcome error   ${key.outcomeError}`)
-  for (const step of key.steps) lines.push(`  step ${step.name}: provider key ${step.providerKey}`, `    ${JSON.stringify(step.result)}`)
+  const sealed = new Map(key.encrypted.map((field) => [field.field, field]))
+  const closed = (field: string) => {
+    const found = sealed.get(field)
+    return found !== undefined && !found.opened ? `(encrypted under key id ${JSON.stringify(found.keyId)}, not decrypted)` : undefined
+  }
+  for (const step of key.steps) lines.push(`  step ${step.name}: provider key ${step.providerKey}`, `    ${closed(`step:${step.name}`) ?? JSON.stringify(step.result)}`)
+  if (key.encrypted.length > 0) lines.push(`  encrypted       ${key.encrypted.map((field) => `${field.field} under key id ${JSON.stringify(field.keyId)}${field.opened ? '' : ' (not decrypted)'}`).join(', ')}`)
   if (key.response) {
     lines.push(`  response        ${key.response.status}`)
+    const closedResponse = closed('response')
+    if (closedResponse !== undefined) {
+      lines.push(`    ${closedResponse}`)
+      return `${lines.join('\n')}\n`
+    }
     for (const [name, value] of key.response.headers) lines.push(`    ${name}: ${value}`)
     lines.push(`    ${key.response.bodyEncoding === 'base64' ? `(base64) ${key.response.body}` : key.response.body}`)
   }

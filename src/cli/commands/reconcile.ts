@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util'
-import { createEngine, DEFAULT_TTL_MS } from '../../index.js'
+import { createEngine, DEFAULT_TTL_MS, parseEncryptionKeys } from '../../index.js'
 import { reconcileStuckClaims, type ReconcileReport } from '../../ops/reconciler.js'
 import { createPostgresStore, type Queryable } from '../../store/postgres/index.js'
 import { EXIT, UsageError, type Command } from '../command.js'
@@ -30,6 +30,10 @@ Without --hook, the reference service's hook: it looks the charge up at the prov
                        than the service's never takes a claim its owner still renews
   --provider-url URL   the reference service's provider (default: $PROVIDER_URL, else http://127.0.0.1:3001)
   --limit N            claims per run (default 100)
+
+With ONCELY_ENCRYPTION_KEYS (id:base64,…, as the service takes it), step results and stored
+responses encrypted at rest are decrypted for the hook, and the outcomes it stores encrypted
+under the last listed key (or ONCELY_ENCRYPTION_CURRENT).
 ${OPS_HELP}
 ${DATABASE_HELP}
 
@@ -49,7 +53,9 @@ exit codes: 0 done (every decision printed), 1 a hook failed or the database fai
     const { pool, schema } = openDatabase(values)
     try {
       const hook = await reconcileHookFrom(values, pool, schema)
-      const engine = createEngine<Queryable>({ store: createPostgresStore({ pool, schema }), staleAfterMs, ttlMs })
+      const keys = process.env.ONCELY_ENCRYPTION_KEYS?.trim() ?? ''
+      const encryption = keys === '' ? {} : { encryption: parseEncryptionKeys(keys, process.env.ONCELY_ENCRYPTION_CURRENT?.trim()) }
+      const engine = createEngine<Queryable>({ store: createPostgresStore({ pool, schema }), staleAfterMs, ttlMs, ...encryption })
       const reports = await reconcileStuckClaims({ engine, database: { pool, schema }, hook, olderThanMs, limit, log: () => {} })
       if (values.json) writeJson(reports)
       else process.stdout.write(reports.length === 0 ? 'no stuck claims\n' : `${reports.map(reportLine).join('\n')}\n`)

@@ -1,0 +1,58 @@
+import { randomBytes } from 'node:crypto'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { resolveServiceConfig, ConfigError } from '../../src/reference-service/config.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { keyTable } from '../helpers/engine.js'
+import { providerCharges, startProvider, startService, type TestProcess } from '../helpers/processes.js'
+import { charge, newUser, post } from './support/api.js'
+
+// The reference service with ONCELY_ENCRYPTION_KEYS (issue 23): its stored responses and step
+// results are not in clear in PostgreSQL, and replays are the first answer, byte for byte.
+const keyA = randomBytes(32).toString('base64')
+let db: TestDatabase
+let provider: TestProcess
+let service: TestProcess
+
+beforeAll(async () => {
+  db = await createTestDatabase()
+  provider = await startProvider()
+  service = await startService({ databaseUrl: db.url, schema: db.schema, providerUrl: provider.url, env: { ONCELY_ENCRYPTION_KEYS: `A:${keyA}` } })
+}, 60_000)
+afterAll(async () => {
+  await service?.stop()
+  await provider?.stop()
+  await db?.close()
+})
+
+describe('the reference service, encrypted at rest', () => {
+  it('stores the charge encrypted and replays it verbatim', async () => {
+    const user = newUser()
+    const first = await post(service.url, { user, key: 'enc-1', body: charge('cus_enc_secret', 1234) })
+    expect(first.status).toBe(201)
+    const again = await post(service.url, { user, key: 'enc-1', body: charge('cus_enc_secret', 1234) })
+    expect(again.headers.get('idempotent-replayed')).toBe('true')
+    expect(again.text).toBe(first.text)
+    expect(await providerCharges(provider.url, user)).toHaveLength(1)
+    const { rows } = await db.pool.query<{ body: Buffer; phases: unknown }>(`SELECT response_body AS body, phase_data AS phases FROM ${keyTable(db)} WHERE user_id = $1 AND key = 'enc-1'`, [user])
+    expect(rows).toHaveLength(1)
+    expect(rows[0]?.body.includes('cus_enc_secret')).toBe(false)
+    expect(JSON.stringify(rows[0]?.phases)).not.toContain('cus_enc_secret')
+    expect(JSON.stringify(rows[0]?.phases)).toMatch(/oncely:enc:v1:A:/)
+  })
+
+  it('a bad key is refused before the start, naming the variable and never showing the key', () => {
+    const refusal = (env: Record<string, string>) => {
+      try {
+        resolveServiceConfig(env)
+      } catch (error) {
+        if (error instanceof ConfigError) return error.message
+        throw error
+      }
+      return 'no error'
+    }
+    expect(refusal({ ONCELY_ENCRYPTION_KEYS: 'A:c2hvcnQ=' })).toBe('ONCELY_ENCRYPTION_KEYS: the key "A" must be 32 bytes of base64 (openssl rand -base64 32); got 5 bytes (not shown)')
+    expect(refusal({ ONCELY_ENCRYPTION_KEYS: `A:${keyA}`, ONCELY_ENCRYPTION_CURRENT: 'B' })).toBe('ONCELY_ENCRYPTION_CURRENT must be one of the ids in ONCELY_ENCRYPTION_KEYS; got "B"')
+    expect(refusal({ ONCELY_ENCRYPTION_CURRENT: 'A' })).toBe('ONCELY_ENCRYPTION_CURRENT is set but ONCELY_ENCRYPTION_KEYS is not')
+    expect(resolveServiceConfig({ ONCELY_ENCRYPTION_KEYS: `A:${keyA},B:${keyA}` }).encryption?.current).toBe('B')
+  })
+})
