@@ -1,3 +1,4 @@
+import { jitterMs } from '../backoff.js'
 import { claimKey, type ClaimOutcome } from './claim.js'
 import { decide } from './decide.js'
 import type { ResolvedEngineOptions } from './options.js'
@@ -64,7 +65,7 @@ export async function waitOutConflict<Tx>(request: IdempotencyRequest, first: Co
 
 /** Full jitter on the upper half: duplicates that arrived together do not read together. */
 function jittered(ms: number): number {
-  return ms / 2 + Math.random() * (ms / 2)
+  return jitterMs('equal', ms)
 }
 
 function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
