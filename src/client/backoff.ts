@@ -1,3 +1,4 @@
+import { jitteredBackoffMs } from '../backoff.js'
 import { parseHttpDate } from './http-date.js'
 
 /**
@@ -12,8 +13,7 @@ import { parseHttpDate } from './http-date.js'
  * ```
  */
 export function backoffDelay(retry: number, baseDelayMs: number, maxDelayMs: number, random: () => number): number {
-  const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** Math.max(0, retry - 1))
-  return Math.floor(random() * ceiling)
+  return Math.floor(jitteredBackoffMs({ baseMs: baseDelayMs, maxMs: maxDelayMs }, retry - 1, 'full', random))
 }
 
 /**

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import { backoffCeilingMs } from '../backoff.js'
 import { OncelyError } from '../errors.js'
 import { decide, type KeyState } from './decide.js'
 import { storedFingerprint } from './fingerprint.js'
@@ -150,7 +151,7 @@ function letGoOrphan<Tx>(fence: Fence, options: ResolvedEngineOptions<Tx>, mayBe
     } catch {
       // The database is still away: the next try may find it.
     }
-    const delay = Math.min(options.leaseRenewMs, ORPHAN_FIRST_DELAY_MS * 2 ** tries)
+    const delay = backoffCeilingMs({ baseMs: ORPHAN_FIRST_DELAY_MS, maxMs: options.leaseRenewMs }, tries)
     if (performance.now() + delay >= until) return
     setTimeout(() => void attempt(tries + 1), delay).unref()
   }

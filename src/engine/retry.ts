@@ -1,3 +1,4 @@
+import { jitteredBackoffMs } from '../backoff.js'
 import { OncelyError } from '../errors.js'
 
 /** Backoff between attempts: capped and jittered, so retries from many workers spread out. */
@@ -6,7 +7,7 @@ export const RETRY_CAP_MS = 1000
 
 /** Full jitter: a random delay up to min(cap, base · 2^attempt). */
 export function backoffMs(attempt: number): number {
-  return Math.random() * Math.min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(attempt, 16))
+  return jitteredBackoffMs({ baseMs: RETRY_BASE_MS, maxMs: RETRY_CAP_MS }, attempt, 'full')
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))

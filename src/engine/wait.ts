@@ -1,3 +1,4 @@
+import { jitterMs } from '../backoff.js'
 import { claimKey, type ClaimOutcome } from './claim.js'
 import { decide } from './decide.js'
 import type { ResolvedEngineOptions } from './options.js'
@@ -83,7 +84,7 @@ function watchClaim<Tx>(store: ResolvedEngineOptions<Tx>['store'], request: Idem
 
 /** Full jitter on the upper half: duplicates that arrived together do not read together. */
 function jittered(ms: number): number {
-  return ms / 2 + Math.random() * (ms / 2)
+  return jitterMs('equal', ms)
 }
 
 /** A pause the store's wake-up ends early; a ring while no pause runs ends the next one at once. */

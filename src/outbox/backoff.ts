@@ -1,17 +1,16 @@
+import { backoffCeilingMs, jitterMs, type BackoffPolicy } from '../backoff.js'
+
 /** Capped exponential backoff of one event's publish attempts. */
-export interface BackoffPolicy {
-  baseMs: number
-  maxMs: number
-}
+export type { BackoffPolicy } from '../backoff.js'
 
 /** The delay before attempt `attempt + 1`, with equal jitter: between half the cap and the cap. */
 export function backoffDelayMs(policy: BackoffPolicy, attempt: number, random: () => number = Math.random): number {
-  const capped = cappedDelayMs(policy, attempt)
-  return Math.round(capped / 2 + random() * (capped / 2))
+  return Math.round(jitterMs('equal', cappedDelayMs(policy, attempt), random))
 }
 
+// Attempt 1 (the first retry) waits about `baseMs`.
 function cappedDelayMs(policy: BackoffPolicy, attempt: number): number {
-  return Math.min(policy.maxMs, policy.baseMs * 2 ** Math.max(0, Math.min(attempt - 1, 40)))
+  return backoffCeilingMs(policy, attempt - 1)
 }
 
 /**
