@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import pg from 'pg'
 import { inject } from 'vitest'
+import { migrate } from '../../src/store/postgres/migrate.js'
 import { trackOpenHandle } from '../setup/guard-open-handles.js'
 
 export interface TestDatabase {
@@ -13,6 +14,18 @@ export interface TestDatabase {
   /** Opens another pool on the same database (with pg `settings` such as `pipeline`), closed by `close` too. */
   newPool(max?: number, settings?: pg.PoolConfig): pg.Pool
   close(): Promise<void>
+}
+
+let partitionsOfNewDatabases: number | undefined
+
+/**
+ * From now on in this test file, `createTestDatabase` migrates each database itself, with the key
+ * table hash-partitioned into `partitions` (`migrate({ partitions })`), instead of cloning the
+ * template: so a file that imports another runs that one's tests on a partitioned schema
+ * (test/store/partitioned-engine.test.ts).
+ */
+export function partitionTestDatabases(partitions: number): void {
+  partitionsOfNewDatabases = partitions
 }
 
 /**
@@ -29,7 +42,7 @@ export async function createTestDatabase(options: { max?: number } = {}): Promis
   try {
     for (let attempt = 0; ; attempt++) {
       try {
-        await admin.query(`CREATE DATABASE ${name} TEMPLATE ${template}`)
+        await admin.query(partitionsOfNewDatabases === undefined ? `CREATE DATABASE ${name} TEMPLATE ${template}` : `CREATE DATABASE ${name}`)
         break
       } catch (error) {
         // 55006: the template is briefly in use by another file's CREATE DATABASE.
@@ -48,6 +61,7 @@ export async function createTestDatabase(options: { max?: number } = {}): Promis
     return pool
   }
   const pool = newPool()
+  if (partitionsOfNewDatabases !== undefined) await migrate({ pool, schema, partitions: partitionsOfNewDatabases })
   const untrack = trackOpenHandle(`database ${name}`)
   return {
     url,

@@ -49,6 +49,8 @@ const CROSS_SCOPE: Record<string, string> = {
       'migrate.SELECT_APPLIED_MIGRATIONS_WITHOUT_BREAKING',
       'migrate.INSERT_APPLIED_MIGRATION',
       'migrate.TABLE_EXISTS',
+      'migrate.KEY_TABLE_LAYOUT',
+      'migrate.CREATE_KEY_TABLE_PARTITIONS',
     ],
     'schema management: DDL and the migrations table, on the coordinator',
   ),

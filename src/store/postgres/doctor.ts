@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto'
 import type { PoolLike, Queryable } from './executor.js'
 import { withTransaction } from './statement-runner.js'
 import { loadMigrations } from './migrate.js'
+import { MAX_PARTITIONS, PARTITION_KEY, readKeyTableLayout } from './partitions.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 import {
   APPLIED_MIGRATIONS,
@@ -31,7 +32,8 @@ export interface SchemaReport {
  * Compares the live schema with the expected one: the shipped migrations are applied to a
  * scratch schema inside a transaction that is always rolled back, and the two catalogs are
  * compared (columns, indexes, constraints), so the expectation can never drift from the
- * migrations themselves.
+ * migrations themselves. A key table `migrate({ partitions })` created is expected with as many
+ * hash partitions as it has, each with the parent's columns, indexes and constraints.
  *
  * @example
  * ```ts
@@ -63,8 +65,14 @@ export async function checkSchema(options: { pool: PoolLike; schema?: string }):
   }
 
   const live = await catalog(options.pool, schema)
+  const layout = await readKeyTableLayout(options.pool, schema)
+  if (layout.kind === 'partitioned' && layout.partitionKey !== PARTITION_KEY) {
+    problems.push({ kind: 'different', detail: `table idempotency_key is partitioned by ${layout.partitionKey}, expected ${PARTITION_KEY} or not partitioned` })
+  }
   const scratch = `oncely_doctor_${randomBytes(6).toString('hex')}`
-  const expected = await expectedCatalog(options.pool, scratch)
+  // Partitioned with no partition yet (created by hand): expected plain, so each difference is listed.
+  const partitions = layout.kind === 'partitioned' && layout.partitions >= 2 && layout.partitions <= MAX_PARTITIONS ? layout.partitions : undefined
+  const expected = await expectedCatalog(options.pool, scratch, partitions)
   compare(problems, 'column', live.columns, expected.columns, (row) => `${row.table_name}.${row.column_name}`, (row) => `${row.data_type} ${row.is_nullable === 'YES' ? 'null' : 'not null'} default ${row.column_default ?? 'none'}`)
   compare(problems, 'index', live.indexes, expected.indexes, (row) => `${row.table_name}: ${row.index_name}`, (row) => row.definition)
   compare(problems, 'constraint', live.constraints, expected.constraints, (row) => `${row.table_name}: ${row.constraint_name}`, (row) => row.definition)
@@ -88,13 +96,13 @@ async function catalog(db: Queryable, schema: string): Promise<Catalog> {
 
 class RollBack extends Error {}
 
-async function expectedCatalog(pool: PoolLike, scratch: string): Promise<Catalog> {
+async function expectedCatalog(pool: PoolLike, scratch: string, partitions: number | undefined): Promise<Catalog> {
   let expected: Catalog | undefined
   await withTransaction(pool, async (tx) => {
     // The same statements migrate() runs, so the expected migrations table is the real one.
     await tx.query({ text: CREATE_SCHEMA(quoteSchema(scratch)) })
     await tx.query({ text: CREATE_MIGRATIONS_TABLE(quoteSchema(scratch)) })
-    for (const migration of await loadMigrations(scratch)) await tx.query({ text: migration.sql })
+    for (const migration of await loadMigrations(scratch, { partitions })) await tx.query({ text: migration.sql })
     expected = await catalog(tx, scratch)
     throw new RollBack()
   }).catch((error: unknown) => {

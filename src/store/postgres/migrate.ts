@@ -3,6 +3,7 @@ import { describeKind, invalid, invalidHidden, positiveInteger } from '../../opt
 import type { PoolLike, Queryable } from './executor.js'
 import { withTransaction } from './statement-runner.js'
 import { MIGRATION_FILES } from './migration-files.js'
+import { KEY_TABLE_MIGRATION, partitionKeyTable, readKeyTableLayout, refuseRepartitioning, resolvePartitions } from './partitions.js'
 import { SQLSTATE, sqlState } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 import {
@@ -36,6 +37,13 @@ export interface MigrateOptions {
   lockTimeoutMs?: number
   /** How long `migrate` keeps trying before it throws `ONCELY_MIGRATION_LOCKED`. (Default: 60000) */
   timeoutMs?: number
+  /**
+   * Creates the key table `PARTITION BY HASH (user_id)` into this many partitions (2 to 1024), when
+   * this call creates the schema. On a schema partitioned the same way, a no-op; on one that is not
+   * partitioned, or is partitioned differently, `ONCELY_MIGRATION_FAILED` and nothing changes
+   * (docs/scale-out.md, "Hash partitions by scope"). (Default: none; a plain table)
+   */
+  partitions?: number | undefined
 }
 
 export interface MigrateResult {
@@ -47,16 +55,16 @@ export interface MigrateResult {
 
 const BREAKING_MARK = /^--\s*oncely:breaking\s*$/m
 
-/** The shipped migrations, ordered by number, with the schema filled in. */
-export async function loadMigrations(schema: string = DEFAULT_SCHEMA): Promise<Migration[]> {
+/** The shipped migrations, ordered by number, with the schema filled in (and the key table partitioned, given `partitions`). */
+export async function loadMigrations(schema: string = DEFAULT_SCHEMA, options: { partitions?: number | undefined } = {}): Promise<Migration[]> {
   const quoted = quoteSchema(schema)
+  const partitions = resolvePartitions(options.partitions)
   return Promise.resolve(
-    MIGRATION_FILES.map((file) => ({
-      id: Number.parseInt(file.name, 10),
-      name: file.name,
-      sql: file.sql.replaceAll('{{schema}}', quoted),
-      breaking: BREAKING_MARK.test(file.sql),
-    })),
+    MIGRATION_FILES.map((file) => {
+      const id = Number.parseInt(file.name, 10)
+      const sql = file.sql.replaceAll('{{schema}}', quoted)
+      return { id, name: file.name, sql: partitions !== undefined && id === KEY_TABLE_MIGRATION ? partitionKeyTable(sql, quoted, partitions) : sql, breaking: BREAKING_MARK.test(file.sql) }
+    }),
   )
 }
 
@@ -81,8 +89,8 @@ export async function loadMigrations(schema: string = DEFAULT_SCHEMA): Promise<M
  */
 export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
   const resolved = resolveMigrateOptions(options)
-  const { pool, schema, quoted } = resolved
-  const migrations = await loadMigrations(schema)
+  const { pool, schema, quoted, partitions } = resolved
+  const migrations = await loadMigrations(schema, { partitions })
   const known = new Set(migrations.map((migration) => migration.id))
   const applied: Migration[] = []
   let newer: AppliedMigrationRow[] = []
@@ -98,7 +106,10 @@ export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
         const { rows } = await tx.query<AppliedMigrationRow>({ text: SELECT_APPLIED_MIGRATIONS(quoted) })
         newer = rows.filter((row) => !known.has(row.id))
         refuseBreaking(quoted, newer)
-        if (rows.some((row) => row.id === migration.id)) return
+        const done = rows.some((row) => row.id === migration.id)
+        // Under the lock, so that of twenty processes migrating at once each sees the table the first made.
+        if (partitions !== undefined && migration.id === KEY_TABLE_MIGRATION && done) refuseRepartitioning(await readKeyTableLayout(tx, schema), partitions, quoted)
+        if (done) return
         try {
           await tx.query({ text: migration.sql })
         } catch (cause) {
@@ -149,13 +160,13 @@ export async function migrationStatus(options: { pool: PoolLike; schema?: string
 }
 
 /** The SQL `migrate` would run on an empty database, for `oncely migrate --dry-run`. */
-export async function migrationSql(schema: string = DEFAULT_SCHEMA): Promise<string> {
+export async function migrationSql(schema: string = DEFAULT_SCHEMA, options: { partitions?: number | undefined } = {}): Promise<string> {
   const quoted = quoteSchema(schema)
-  const parts = (await loadMigrations(schema)).map((migration) => `-- ${migration.name}\n${migration.sql.trim()}\n`)
+  const parts = (await loadMigrations(schema, options)).map((migration) => `-- ${migration.name}\n${migration.sql.trim()}\n`)
   return [`${CREATE_SCHEMA(quoted)};\n`, ...parts].join('\n')
 }
 
-function resolveMigrateOptions(options: Partial<MigrateOptions> | undefined): { pool: PoolLike; schema: string; quoted: string; lockTimeoutMs: number; timeoutMs: number } {
+function resolveMigrateOptions(options: Partial<MigrateOptions> | undefined): { pool: PoolLike; schema: string; quoted: string; lockTimeoutMs: number; timeoutMs: number; partitions: number | undefined } {
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object { pool, schema? }', options)
   const { pool } = options
   if (typeof pool !== 'object' || pool === null || typeof pool.query !== 'function' || typeof pool.connect !== 'function') {
@@ -164,7 +175,14 @@ function resolveMigrateOptions(options: Partial<MigrateOptions> | undefined): { 
   }
   const schema = options.schema ?? DEFAULT_SCHEMA
   const quoted = quoteSchema(schema)
-  return { pool, schema, quoted, lockTimeoutMs: positiveInteger('lockTimeoutMs', options.lockTimeoutMs ?? 2000), timeoutMs: positiveInteger('timeoutMs', options.timeoutMs ?? 60_000) }
+  return {
+    pool,
+    schema,
+    quoted,
+    lockTimeoutMs: positiveInteger('lockTimeoutMs', options.lockTimeoutMs ?? 2000),
+    timeoutMs: positiveInteger('timeoutMs', options.timeoutMs ?? 60_000),
+    partitions: resolvePartitions(options.partitions),
+  }
 }
 
 function refuseBreaking(quoted: string, newer: AppliedMigrationRow[]): void {

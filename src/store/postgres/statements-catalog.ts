@@ -32,7 +32,8 @@ export const SCHEMA_COLUMNS = `
 
 export const SCHEMA_INDEXES = `
   SELECT tablename AS table_name, indexname AS index_name,
-         replace(indexdef, ' ON ' || quote_ident($1) || '.', ' ON ') AS definition
+         -- A partitioned table's own index reads ON ONLY <schema>.<table>.
+         replace(replace(indexdef, ' ON ONLY ' || quote_ident($1) || '.', ' ON ONLY '), ' ON ' || quote_ident($1) || '.', ' ON ') AS definition
     FROM pg_indexes
    WHERE schemaname = $1
    ORDER BY tablename, indexname`

@@ -42,3 +42,26 @@ export const INSERT_APPLIED_MIGRATION = (quotedSchema: string) => `INSERT INTO $
 
 /** Whether a table exists. $1: the quoted schema and table, e.g. `"oncely".migrations`; NULL, not an error, when it does not. */
 export const TABLE_EXISTS = `SELECT to_regclass($1) IS NOT NULL AS present`
+
+/** How the key table is laid out, for `migrate({ partitions })` and `checkSchema`; no row when it does not exist. $1: the schema name. */
+export const KEY_TABLE_LAYOUT = `
+  SELECT c.relkind::text AS kind, pg_get_partkeydef(c.oid) AS partition_key,
+         (SELECT count(*)::integer FROM pg_inherits i WHERE i.inhparent = c.oid) AS partitions
+    FROM pg_class c
+    JOIN pg_namespace n ON n.oid = c.relnamespace
+   WHERE n.nspname = $1 AND c.relname = 'idempotency_key'`
+
+export interface KeyTableLayoutRow {
+  /** `p`: partitioned; `r`: a plain table. */
+  kind: string
+  /** `HASH (user_id)` for a table `migrate({ partitions })` created; null when not partitioned. */
+  partition_key: string | null
+  partitions: number
+}
+
+/** The hash partitions of a key table created `PARTITION BY HASH (user_id)`: `idempotency_key_p0` to `_p<n-1>`. */
+export const CREATE_KEY_TABLE_PARTITIONS = (quotedSchema: string, partitions = 0) =>
+  Array.from(
+    { length: partitions },
+    (_, remainder) => `CREATE TABLE ${quotedSchema}.idempotency_key_p${remainder} PARTITION OF ${quotedSchema}.idempotency_key FOR VALUES WITH (MODULUS ${partitions}, REMAINDER ${remainder});`,
+  ).join('\n')

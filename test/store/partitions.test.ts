@@ -1,0 +1,128 @@
+import { randomUUID } from 'node:crypto'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { fingerprintRequest } from '../../src/index.js'
+import { checkSchema, createPostgresStore, migrate } from '../../src/store/postgres/index.js'
+import { readKeyTableLayout } from '../../src/store/postgres/partitions.js'
+import { quoteSchema } from '../../src/store/postgres/schema-name.js'
+import { buildStatements } from '../../src/store/postgres/statements.js'
+import { DEFAULT_LOCK_TIMEOUT_MS } from '../../src/store/postgres/store.js'
+import { createTestDatabase, partitionTestDatabases, type TestDatabase } from '../helpers/db.js'
+import { keyTable, storeClaim } from '../helpers/engine.js'
+
+// `migrate({ partitions })` (issue 24, point 6): the key table created PARTITION BY HASH (user_id),
+// refused on a schema laid out otherwise, recognised by `checkSchema`, and each scoped statement
+// planned on one partition. The engine's path on such a table: partitioned-engine.test.ts.
+
+const PARTITIONS = 4
+let db: TestDatabase
+beforeAll(async () => {
+  partitionTestDatabases(PARTITIONS)
+  db = await createTestDatabase()
+})
+afterAll(async () => {
+  await db.close()
+})
+
+const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 24 } })
+const layoutOf = (schema: string) => readKeyTableLayout(db.pool, schema)
+
+describe('migrate({ partitions })', () => {
+  it('creates the key table hash-partitioned by scope, and a row lands in the partition of its scope', async () => {
+    expect(await layoutOf(db.schema)).toEqual({ kind: 'partitioned', partitionKey: 'HASH (user_id)', partitions: PARTITIONS })
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const scopes = Array.from({ length: 16 }, (_, i) => `user-${i}`)
+    for (const scope of scopes) await storeClaim(store, { scope, key: 'k', fingerprint })
+    const { rows } = await db.pool.query<{ partition: string; n: number }>(
+      `SELECT c.relname AS partition, count(*)::integer AS n FROM ${keyTable(db)} k JOIN pg_class c ON c.oid = k.tableoid WHERE k.user_id = ANY($1) GROUP BY c.relname`,
+      [scopes],
+    )
+    // Sixteen scopes hash to more than one of the four partitions, none to the parent.
+    expect(rows.length).toBeGreaterThan(1)
+    for (const row of rows) expect(row.partition).toMatch(/^idempotency_key_p[0-3]$/)
+    expect(rows.reduce((sum, row) => sum + row.n, 0)).toBe(scopes.length)
+  })
+
+  it('on a schema partitioned the same way: current, nothing applied; without the option: current too', async () => {
+    expect(await migrate({ pool: db.pool, schema: db.schema, partitions: PARTITIONS })).toMatchObject({ applied: [] })
+    expect(await migrate({ pool: db.pool, schema: db.schema })).toMatchObject({ applied: [] })
+  })
+
+  it('with another number of partitions: refused, saying what the table holds, and nothing changes', async () => {
+    await expect(migrate({ pool: db.pool, schema: db.schema, partitions: 8 })).rejects.toMatchObject({
+      code: 'ONCELY_MIGRATION_FAILED',
+      message: expect.stringContaining(`is already partitioned by HASH (user_id) into ${PARTITIONS} partitions, not HASH (user_id) into 8`) as unknown,
+    })
+    expect(await layoutOf(db.schema)).toMatchObject({ partitions: PARTITIONS })
+  })
+
+  it('on a schema whose key table was created plain: refused (no conversion), and the table stays plain', async () => {
+    const plain = `${db.schema} plain`
+    await migrate({ pool: db.pool, schema: plain })
+    await expect(migrate({ pool: db.pool, schema: plain, partitions: PARTITIONS })).rejects.toMatchObject({
+      code: 'ONCELY_MIGRATION_FAILED',
+      message: expect.stringContaining('already exists and is not partitioned: partitions applies only when migrate creates the schema') as unknown,
+    })
+    expect(await layoutOf(plain)).toEqual({ kind: 'plain' })
+  })
+
+  it('refuses a count that is not an integer from 2 to 1024, before connecting', async () => {
+    for (const partitions of [1, 1025, 2.5, '4']) {
+      await expect(migrate({ pool: db.pool, schema: `unused ${randomUUID()}`, partitions: partitions as number })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION', message: expect.stringContaining('partitions must be an integer from 2 to 1024') as unknown })
+    }
+  })
+})
+
+describe('checkSchema on a partitioned schema', () => {
+  it('is healthy', async () => {
+    expect(await checkSchema({ pool: db.pool, schema: db.schema })).toMatchObject({ ok: true, problems: [] })
+  })
+
+  it("still compares each partition: an index added to one, or a partition detached, is reported", async () => {
+    const schema = `${db.schema} doctor`
+    await migrate({ pool: db.pool, schema, partitions: 3 })
+    await db.pool.query(`CREATE INDEX stray_created_at ON ${quoteSchema(schema)}.idempotency_key_p1 (created_at)`)
+    await db.pool.query(`ALTER TABLE ${quoteSchema(schema)}.idempotency_key DETACH PARTITION ${quoteSchema(schema)}.idempotency_key_p2`)
+    const report = await checkSchema({ pool: db.pool, schema })
+    expect(report.ok).toBe(false)
+    expect(report.problems).toContainEqual({ kind: 'unexpected', detail: expect.stringContaining('index idempotency_key_p1: stray_created_at is not part of') as unknown })
+    expect(report.problems).toContainEqual({ kind: 'unexpected', detail: expect.stringContaining('column idempotency_key_p2.key is not part of') as unknown })
+  })
+})
+
+describe('the scoped statements are planned on one partition', () => {
+  const sql = () => buildStatements(quoteSchema(db.schema), undefined)
+
+  /** The partitions an EXPLAIN of `text` with `values` bound reads or writes. */
+  async function partitionsIn(text: string, values: unknown[]): Promise<string[]> {
+    const { rows } = await db.pool.query<{ 'QUERY PLAN': unknown }>({ text: `EXPLAIN (FORMAT JSON) ${text}`, values })
+    const found = new Set<string>()
+    const walk = (node: unknown): void => {
+      if (Array.isArray(node)) return node.forEach(walk)
+      if (typeof node !== 'object' || node === null) return
+      for (const [name, value] of Object.entries(node)) {
+        if (name === 'Relation Name' && typeof value === 'string' && /_p\d+$/.test(value)) found.add(value)
+        else walk(value)
+      }
+    }
+    walk(rows[0]?.['QUERY PLAN'])
+    return [...found]
+  }
+
+  it('the claim and the completions read only the partition of their scope; the sweep reads every one', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const scope = `prune-${randomUUID().slice(0, 8)}`
+    const claim = await storeClaim(store, { scope, key: 'k', fingerprint })
+    if (claim.kind !== 'claimed') throw new Error('the key was not free')
+    const { rows } = await db.pool.query<{ partition: string }>(`SELECT c.relname AS partition FROM ${keyTable(db)} k JOIN pg_class c ON c.oid = k.tableoid WHERE k.user_id = $1`, [scope])
+    const home = rows[0]?.partition
+    expect(home).toMatch(/^idempotency_key_p\d$/)
+    const token = claim.claim.fenceToken
+    const completion = [scope, 'k', token, 'completed', 200, '[]', Buffer.from('{}')]
+    expect(await partitionsIn(sql().claim.text, [scope, 'k', 'hash', 86_400_000, randomUUID(), randomUUID(), DEFAULT_LOCK_TIMEOUT_MS, null])).toEqual([home])
+    expect(await partitionsIn(sql().complete.text, completion)).toEqual([home])
+    expect(await partitionsIn(sql().completeInFlight.text, completion)).toEqual([home])
+    expect(await partitionsIn(sql().readKey.text, [scope, 'k'])).toEqual([home])
+    // What the check above would see were nothing pruned.
+    expect((await partitionsIn(sql().sweepExpired.text, [10])).sort()).toEqual(Array.from({ length: PARTITIONS }, (_, i) => `idempotency_key_p${i}`))
+  })
+})
