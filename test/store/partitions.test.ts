@@ -117,7 +117,8 @@ describe('the scoped statements are planned on one partition', () => {
     const home = rows[0]?.partition
     expect(home).toMatch(/^idempotency_key_p\d$/)
     const token = claim.claim.fenceToken
-    const completion = [scope, 'k', token, 'completed', 200, '[]', Buffer.from('{}')]
+    // $8: the key channel a marked row notifies on (migration 006).
+    const completion = [scope, 'k', token, 'completed', 200, '[]', Buffer.from('{}'), 'oncely_keys_test']
     expect(await partitionsIn(sql().claim.text, [scope, 'k', 'hash', 86_400_000, randomUUID(), randomUUID(), DEFAULT_LOCK_TIMEOUT_MS, null])).toEqual([home])
     expect(await partitionsIn(sql().complete.text, completion)).toEqual([home])
     expect(await partitionsIn(sql().completeInFlight.text, completion)).toEqual([home])
