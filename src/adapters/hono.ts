@@ -5,7 +5,7 @@ import { isJsonContentType } from './body.js'
 import { beginGuarded, signalAborted, isGuarded, keyTtlHeaders, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
-export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
+export type { AdapterOptions, CompletionWork, IdempotencyContext, OperationState, OutcomeEvent } from './http.js'
 
 /** The Hono environment the middleware adds: `c.get('idempotency')` on a request that owns its key. */
 export interface IdempotencyEnv<Tx = unknown> {

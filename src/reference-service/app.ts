@@ -6,7 +6,7 @@ import { userFromAuthorization } from './auth.js'
 import { bodyLimitByLength } from './body-limit.js'
 import { parseChargeInput } from './charge-input.js'
 import type { ServiceDeps, ServiceEnv } from './context.js'
-import { problem } from './problem.js'
+import { OUTCOME_NOT_KNOWN, problem, REFUSED_BEFORE_ANY_CLAIM } from './problem.js'
 import { requestText } from './request-text.js'
 import { CHARGE_ID } from './responses.js'
 import { chargeView, SELECT_CHARGE, type ChargeRow } from './sql.js'
@@ -24,7 +24,7 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
 
   app.onError(async (error, c) => {
     if (isOncelyError(error, 'ONCELY_LOCK_LOST')) {
-      return problem({ type: 'idempotency-key-in-use', title: 'Idempotency-Key in use', status: 409, detail: 'another request took this operation over; retry later' }, { 'retry-after': '1' })
+      return problem({ type: 'idempotency-key-in-use', title: 'Idempotency-Key in use', status: 409, detail: 'another request took this operation over; retry later', retry_same_key: true, new_key_safe: false, operation_state: 'running' }, { 'retry-after': '1' })
     }
     const key = c.req.header('idempotency-key')
     const fields = requestFields(c.req.method, routePath(c), c.get('userId'), key, error)
@@ -32,12 +32,12 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
     const text = (value: string) => (key === undefined || key === '' ? value : value.replaceAll(JSON.stringify(key), logKey(key)))
     if (await isUnavailable(error, deps.pool)) {
       deps.log.warn(fields, text(`database unavailable: ${String(error)}`))
-      return problem({ type: 'service-unavailable', title: 'Service unavailable', status: 503, detail: 'the database did not answer; retry with the same Idempotency-Key' }, { 'retry-after': '1' })
+      return problem({ type: 'service-unavailable', title: 'Service unavailable', status: 503, detail: 'the database did not answer; retry with the same Idempotency-Key', ...OUTCOME_NOT_KNOWN }, { 'retry-after': '1' })
     }
     deps.log.error(fields, text(`internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`))
-    return problem({ type: 'internal-error', title: 'Internal Server Error', status: 500, detail: 'the request failed unexpectedly' })
+    return problem({ type: 'internal-error', title: 'Internal Server Error', status: 500, detail: 'the request failed unexpectedly', ...OUTCOME_NOT_KNOWN })
   })
-  app.notFound((c) => problem({ type: 'not-found', title: 'Not Found', status: 404, detail: `no route for ${c.req.method} ${c.req.path}` }))
+  app.notFound((c) => problem({ type: 'not-found', title: 'Not Found', status: 404, detail: `no route for ${c.req.method} ${c.req.path}`, ...REFUSED_BEFORE_ANY_CLAIM }))
 
   app.get('/healthz', async (c) => {
     try {
@@ -53,7 +53,7 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
     const userId = userFromAuthorization(c.req.header('authorization'))
     if (userId === undefined) {
       if (c.req.method === 'POST') deps.metrics.onOutcome({ outcome: 'invalid', status: 401, durationMs: 0 })
-      return problem({ type: 'unauthenticated', title: 'Unauthenticated', status: 401, detail: 'send Authorization: Bearer demo_<userId>, userId a positive integer' }, { 'www-authenticate': 'Bearer' })
+      return problem({ type: 'unauthenticated', title: 'Unauthenticated', status: 401, detail: 'send Authorization: Bearer demo_<userId>, userId a positive integer', ...REFUSED_BEFORE_ANY_CLAIM }, { 'www-authenticate': 'Bearer' })
     }
     c.set('userId', userId)
     c.set('crashPoint', deps.chaos.requested(c.req.header('x-chaos-crash')))
@@ -63,14 +63,14 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
   const limit = bodyLimitByLength<ServiceEnv>(MAX_BODY_BYTES, () => {
     deps.metrics.onOutcome({ outcome: 'invalid', status: 413, durationMs: 0 })
     // The rest of the body is left unread, so the connection cannot carry another request.
-    return problem({ type: 'body-too-large', title: 'Payload Too Large', status: 413, detail: `the body is larger than ${MAX_BODY_BYTES} bytes` }, { connection: 'close' })
+    return problem({ type: 'body-too-large', title: 'Payload Too Large', status: 413, detail: `the body is larger than ${MAX_BODY_BYTES} bytes`, ...REFUSED_BEFORE_ANY_CLAIM }, { connection: 'close' })
   })
 
   const validate: MiddlewareHandler<ServiceEnv> = async (c, next) => {
     const parsed = parseChargeInput(await requestText(c))
     if (!parsed.ok) {
       deps.metrics.onOutcome({ outcome: 'invalid', status: 400, durationMs: 0 })
-      return problem({ type: 'invalid-request', title: 'Invalid request', status: 400, detail: parsed.detail })
+      return problem({ type: 'invalid-request', title: 'Invalid request', status: 400, detail: parsed.detail, ...REFUSED_BEFORE_ANY_CLAIM })
     }
     // The body is JSON whatever its Content-Type said, so the fingerprint must read it as JSON:
     // `{"a":1,"b":2}` and `{ "b": 2, "a": 1 }` are one payload (Invariant 5).
@@ -88,7 +88,7 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
 
   app.get('/v1/charges/:id', async (c) => {
     const id = c.req.param('id')
-    const notFound = () => problem({ type: 'not-found', title: 'Not Found', status: 404, detail: `no charge ${JSON.stringify(id)}` })
+    const notFound = () => problem({ type: 'not-found', title: 'Not Found', status: 404, detail: `no charge ${JSON.stringify(id)}`, ...REFUSED_BEFORE_ANY_CLAIM })
     if (!CHARGE_ID.test(id)) return notFound()
     const { rows } = await deps.pool.query<ChargeRow>({ text: SELECT_CHARGE, values: [id, c.get('userId')] })
     const row = rows[0]
@@ -98,7 +98,7 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
   // A known path with another method is 405 with `Allow` (RFC 9110 §15.5.6), not a 404 that
   // would tell a client the resource is missing. Registered last, so the routes above win.
   for (const [path, allow] of [['/v1/charges', 'POST'], ['/v1/charges/:id', 'GET, HEAD'], ['/healthz', 'GET, HEAD'], ['/metrics', 'GET, HEAD']] as const) {
-    app.all(path, (c) => problem({ type: 'method-not-allowed', title: 'Method Not Allowed', status: 405, detail: `${c.req.method} is not allowed on ${c.req.path}; use ${allow}` }, { allow }))
+    app.all(path, (c) => problem({ type: 'method-not-allowed', title: 'Method Not Allowed', status: 405, detail: `${c.req.method} is not allowed on ${c.req.path}; use ${allow}`, ...REFUSED_BEFORE_ANY_CLAIM }, { allow }))
   }
 
   return app

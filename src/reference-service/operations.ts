@@ -14,7 +14,7 @@ import type { PoolLike, PostgresStore, Queryable } from '../store/postgres/index
 import { chargeReconcileHook } from './charge-reconcile-hook.js'
 import { ENV, type ServiceConfig } from './config.js'
 import type { ServiceEnv } from './context.js'
-import { problem } from './problem.js'
+import { problem, REFUSED_BEFORE_ANY_CLAIM } from './problem.js'
 
 /** The one route the service guards, as the per-route metrics name it. */
 export const CHARGES_ROUTE = 'POST /v1/charges'
@@ -96,7 +96,7 @@ export function mountServiceConsole(app: Hono<ServiceEnv>, options: ServiceConso
       : `the console is on its own listener on 127.0.0.1 (${ENV.consolePort}, printed at start), or set ${ENV.consoleToken} to serve it here`
   const answer: Handler<ServiceEnv> =
     token === undefined
-      ? (c) => problem({ type: 'not-found', title: 'Not Found', status: 404, detail: `${c.req.path} is not served on the API without ${ENV.consoleToken}: ${elsewhere}` })
+      ? (c) => problem({ type: 'not-found', title: 'Not Found', status: 404, detail: `${c.req.path} is not served on the API without ${ENV.consoleToken}: ${elsewhere}`, ...REFUSED_BEFORE_ANY_CLAIM })
       : consoleHandler(createConsole({ ...consoleOptions(options), token }))
   app.all('/console', answer)
   app.all('/console/*', answer)

@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto'
 import type { ChargeInput } from './charge-input.js'
+import type { OperationState } from '../adapters/hono.js'
 import { problem } from './problem.js'
 import type { ProviderResult } from './provider-client.js'
 import type { ChargeView } from './sql.js'
@@ -32,15 +33,24 @@ export function chargeFrom(input: ChargeInput, result: Extract<ProviderResult, {
   }
 }
 
-/** 402: the card was declined. Stored and replayed like any completed response. */
-export function declined(result: Extract<ProviderResult, { outcome: 'declined' }>): Response {
-  return problem({ type: 'card-declined', title: 'Card declined', status: 402, detail: result.message, code: result.code })
+/**
+ * 402: the card was declined. Stored and replayed like any completed response: the same key gets
+ * this answer again, and the provider was called, so a new key is not called safe. `state` is
+ * what the strategy keeps of the key (`failed` for oncely's, which stores a 4xx after a step).
+ */
+export function declined(result: Extract<ProviderResult, { outcome: 'declined' }>, state: OperationState = 'failed'): Response {
+  return problem({ type: 'card-declined', title: 'Card declined', status: 402, detail: result.message, retry_same_key: false, new_key_safe: false, operation_state: state, code: result.code })
 }
 
-/** 502/503: the provider failed or could not be reached; the key stays retryable. */
-export function providerUnavailable(status: 502 | 503, detail: string): Response {
+/**
+ * 502/503: the provider failed or could not be reached; the key stays retryable. The charge may
+ * have been attempted (a 502 after the provider took it, a timeout), so a new key is never called
+ * safe: only the same key reaches the provider with the same provider key. `state` is what the
+ * strategy keeps of the key (`suspended` for oncely's: the adapter keeps the claim for a retry).
+ */
+export function providerUnavailable(status: 502 | 503, detail: string, state: OperationState): Response {
   return problem(
-    { type: 'provider-unavailable', title: 'Payment provider unavailable', status, detail: `${detail}; retry with the same Idempotency-Key` },
+    { type: 'provider-unavailable', title: 'Payment provider unavailable', status, detail: `${detail}; retry with the same Idempotency-Key`, retry_same_key: true, new_key_safe: false, operation_state: state },
     { 'retry-after': '1' },
   )
 }

@@ -46,7 +46,7 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
     } catch (error) {
       // Answered 5xx after a step began: the adapter suspends the claim, and the retry calls the
       // provider again with the same key, so it charges at most once.
-      if (error instanceof ProviderUnavailableError) return providerUnavailable(error.status, error.message)
+      if (error instanceof ProviderUnavailableError) return providerUnavailable(error.status, error.message, 'suspended')
       throw error
     }
     if (result.outcome === 'declined') return declined(result)

@@ -39,7 +39,7 @@ export function naiveRoute(
         const result = await deps.provider.createCharge({ ...input, metadata }, `${userId}:${claimed.claimId}`)
         deps.chaos.crashAt('after-provider', crashPoint)
         if (result.outcome === 'declined') {
-          response = await completeKey(client, userId, request.key, declined(result))
+          response = await completeKey(client, userId, request.key, declined(result, 'completed'))
         } else {
           const charge = chargeFrom(input, result)
           await insertCharge(client, userId, request.key, charge)
@@ -50,7 +50,8 @@ export function naiveRoute(
     } catch (error) {
       await client.query({ text: 'ROLLBACK' }).catch(() => {})
       if (error instanceof ProviderUnavailableError) {
-        response = providerUnavailable(error.status, error.message)
+        // The claim rolled back with the transaction: the key holds nothing, though the provider may have charged.
+        response = providerUnavailable(error.status, error.message, 'none')
       } else {
         record(deps, 'failed', 500, startedAt)
         throw error

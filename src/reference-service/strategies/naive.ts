@@ -3,7 +3,7 @@ import { fingerprintRequest, parseIdempotencyKey } from '../../index.js'
 import type { RequestOutcome } from '../../ops/metrics.js'
 import type { Queryable } from '../../store/postgres/index.js'
 import type { ServiceDeps, ServiceEnv } from '../context.js'
-import { problem } from '../problem.js'
+import { problem, REFUSED_BEFORE_ANY_CLAIM } from '../problem.js'
 import { SERVICE_SCHEMA } from '../sql.js'
 import { CHARGES_ROUTE } from '../operations.js'
 
@@ -33,7 +33,7 @@ export function readRequest(c: Context<ServiceEnv>, deps: ServiceDeps): { key: s
   const parsed = parseIdempotencyKey(c.req.header('idempotency-key'))
   if (!parsed.ok) {
     record(deps, 'invalid', 400, performance.now())
-    return problem({ type: 'idempotency-key-invalid', title: 'Idempotency-Key invalid', status: 400, detail: parsed.reason })
+    return problem({ type: 'idempotency-key-invalid', title: 'Idempotency-Key invalid', status: 400, detail: parsed.reason, ...REFUSED_BEFORE_ANY_CLAIM })
   }
   const hash = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: c.get('chargeBody') })
   // oncely's own route feeds the repeated-payload detector from its outcome events; these two
@@ -45,10 +45,10 @@ export function readRequest(c: Context<ServiceEnv>, deps: ServiceDeps): { key: s
 /** Answers from an existing row: 422 on another payload, the stored response, or 409 while it runs. */
 export function answerFromRow(row: NaiveRow, hash: string): Response {
   if (row.request_hash !== hash) {
-    return problem({ type: 'idempotency-key-reused', title: 'Idempotency-Key reused', status: 422, detail: 'this Idempotency-Key was already used with a different request' })
+    return problem({ type: 'idempotency-key-reused', title: 'Idempotency-Key reused', status: 422, detail: 'this Idempotency-Key was already used with a different request', retry_same_key: false, new_key_safe: false, operation_state: row.status === 'completed' ? 'completed' : 'running' })
   }
   if (row.status !== 'completed' || row.response_status === null || row.response_body === null) {
-    return problem({ type: 'idempotency-key-in-use', title: 'Idempotency-Key in use', status: 409, detail: 'a request with this Idempotency-Key is still being processed' }, { 'retry-after': '1' })
+    return problem({ type: 'idempotency-key-in-use', title: 'Idempotency-Key in use', status: 409, detail: 'a request with this Idempotency-Key is still being processed', retry_same_key: true, new_key_safe: false, operation_state: 'running' }, { 'retry-after': '1' })
   }
   return new Response(row.response_body, {
     status: row.response_status,

@@ -23,10 +23,10 @@ export function noneRoute(deps: ServiceDeps): Handler<ServiceEnv> {
     try {
       result = await deps.provider.createCharge({ ...input, metadata: providerMetadata(userId, key, crypto.randomUUID()) }, undefined)
     } catch (error) {
-      if (error instanceof ProviderUnavailableError) return providerUnavailable(error.status, error.message)
+      if (error instanceof ProviderUnavailableError) return providerUnavailable(error.status, error.message, 'none')
       throw error
     }
-    if (result.outcome === 'declined') return declined(result)
+    if (result.outcome === 'declined') return declined(result, 'none')
     const charge = chargeFrom(input, result)
     await deps.sendReceipt({ customer: input.customer, charge }).catch((error: unknown) => {
       deps.log.warn({ route: CHARGES_ROUTE, scope: userId }, `receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
