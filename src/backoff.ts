@@ -13,8 +13,9 @@ export interface BackoffPolicy {
 }
 
 /**
- * How a delay is drawn below its ceiling `c`: `full` uniform in `[0, c)` (the widest spread),
- * `equal` uniform in `[c/2, c)` (spread, but never much shorter than planned), `none` is `c`.
+ * How a delay is drawn up to its ceiling `c`: `full` uniform in `[0, c]` (the widest spread),
+ * `equal` uniform in `[c/2, c]` (spread, but never much shorter than planned), `none` is `c`. The
+ * bands are closed: a draw just below 1 can round to `c` itself in floating point.
  */
 export type Jitter = 'full' | 'equal' | 'none'
 
@@ -26,7 +27,7 @@ export function backoffCeilingMs(policy: BackoffPolicy, exponent: number): numbe
   return Math.min(policy.maxMs, policy.baseMs * 2 ** Math.min(Math.max(0, exponent), MAX_EXPONENT))
 }
 
-/** A delay drawn below `ceilingMs` with the given jitter; `random` returns a number in [0, 1). */
+/** A delay drawn up to `ceilingMs` with the given jitter; `random` returns a number in [0, 1). */
 export function jitterMs(jitter: Jitter, ceilingMs: number, random: () => number = Math.random): number {
   switch (jitter) {
     case 'full':

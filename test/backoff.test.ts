@@ -40,6 +40,7 @@ describe('jitterMs', () => {
     expect(jitterMs('none', 200, () => 0.3)).toBe(200)
   })
 
+  // Closed bands: found by CI, `equal` with a ceiling of 65 and a draw of 1 - 2^-52 gives 65 itself.
   it('stays within its band for any draw', () => {
     const bands: Record<Jitter, (c: number) => [number, number]> = { full: (c) => [0, c], equal: (c) => [c / 2, c], none: (c) => [c, c] }
     fc.assert(
@@ -48,7 +49,6 @@ describe('jitterMs', () => {
         const delay = jitterMs(jitter, ceiling, () => r)
         expect(delay).toBeGreaterThanOrEqual(low)
         expect(delay).toBeLessThanOrEqual(high)
-        if (ceiling > 0 && jitter !== 'none') expect(delay).toBeLessThan(high)
       }),
     )
   })
