@@ -4,9 +4,9 @@
  * where its CPU went: self time by package or source file, and the top functions. What issue 11
  * asks to look at before changing the hot path. `--callers NAME` adds the call stacks (three
  * frames up) under which functions of that name spent their self time: who calls a hot native
- * such as `writev`.
+ * such as `writev`. `--save FILE` keeps the `.cpuprofile` (for Chrome's DevTools, or another look).
  */
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
@@ -26,7 +26,7 @@ interface Profile {
   timeDeltas: number[]
 }
 
-const { values } = parseArgs({ options: { strategy: { type: 'string', default: 'atomic-phases' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' }, callers: { type: 'string' } } })
+const { values } = parseArgs({ options: { strategy: { type: 'string', default: 'atomic-phases' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' }, callers: { type: 'string' }, save: { type: 'string' } } })
 const database = await openBenchDatabase()
 const directory = await mkdtemp(path.join(tmpdir(), 'oncely-profile-'))
 const provider = await startCli(['provider', '--port', '0', '--latency-ms', '0'])
@@ -48,7 +48,9 @@ try {
   process.stdout.write(`${values.strategy}: ${(result.requests.total / result.duration).toFixed(0)} req/s, statuses ${JSON.stringify(result.statusCodeStats)}\n`)
   const file = (await readdir(directory)).find((f) => f.endsWith('.cpuprofile'))
   if (!file) throw new Error('the service wrote no profile')
-  summarise(JSON.parse(await readFile(path.join(directory, file), 'utf8')) as Profile, Number(values.top), values.callers)
+  const text = await readFile(path.join(directory, file), 'utf8')
+  if (values.save !== undefined) await writeFile(values.save, text)
+  summarise(JSON.parse(text) as Profile, Number(values.top), values.callers)
 } finally {
   await provider.stop()
   await database.close()
