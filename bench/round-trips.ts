@@ -32,7 +32,7 @@ export async function roundTripBench(url: string, options: { iterations: number 
   try {
     await migrate({ pool, schema: SCHEMA })
     await pool.query(`CREATE TABLE ${SCHEMA}.business (id text PRIMARY KEY, body bytea)`)
-    await pool.query(`CREATE TABLE ${SCHEMA}.baseline (user_id text, key text, body bytea, PRIMARY KEY (user_id, key))`)
+    await pool.query(`CREATE TABLE ${SCHEMA}.baseline (scope text, key text, body bytea, PRIMARY KEY (scope, key))`)
     await pool.query(`INSERT INTO ${SCHEMA}.baseline VALUES ('u', 'one', '\\x00')`)
     const counter = countingPool(pool)
     const engine = createEngine<Queryable>({ store: createPostgresStore({ pool: counter, schema: SCHEMA }) })
@@ -123,7 +123,7 @@ export async function roundTripBench(url: string, options: { iterations: number 
     ]
 
     const select = await sequential(options.iterations, async () => {
-      await pool.query({ name: 'bench_select', text: `SELECT body FROM ${SCHEMA}.baseline WHERE user_id = $1 AND key = $2`, values: ['u', 'one'] })
+      await pool.query({ name: 'bench_select', text: `SELECT body FROM ${SCHEMA}.baseline WHERE scope = $1 AND key = $2`, values: ['u', 'one'] })
     })
     const figures: Figure[] = []
     for (const outcome of outcomes) {

@@ -241,7 +241,7 @@ async function generateTable(pool: pg.Pool, rows: number, expired: number): Prom
 async function generate(pool: pg.Pool, schema: string, from: number, to: number, expired: number): Promise<void> {
   await pool.query({
     text: `INSERT INTO ${schema}.idempotency_key
-             (user_id, key, request_hash, status, claim_id, response_status, response_headers, response_body, created_at, updated_at, expires_at)
+             (scope, key, fingerprint, status, claim_id, response_status, response_headers, response_body, created_at, updated_at, expires_at)
            SELECT 'u' || (i % 100000), 'key-' || i, md5(i::text) || md5((i + 1)::text), 'completed', gen_random_uuid(), 201,
                   '[["content-type","application/json"]]'::jsonb, convert_to('{"id":"ch_' || i || '","amount":1000}', 'UTF8'),
                   now() - interval '2 days', now() - interval '2 days',

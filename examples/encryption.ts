@@ -21,7 +21,7 @@ async function charge(engine: Engine, key: string) {
   return result.kind === 'executed' || result.kind === 'replay' ? `${result.kind} ${Buffer.from(result.response.body).toString()}` : result.kind
 }
 const rawBody = async (key: string) => {
-  const { rows } = await pool.query<{ body: Buffer }>(`SELECT response_body AS body FROM "${schema.replaceAll('"', '""')}".idempotency_key WHERE user_id = '42' AND key = $1`, [key])
+  const { rows } = await pool.query<{ body: Buffer }>(`SELECT response_body AS body FROM "${schema.replaceAll('"', '""')}".idempotency_key WHERE scope = '42' AND key = $1`, [key])
   return rows[0]?.body.includes('4242') ? 'in clear' : 'encrypted'
 }
 

@@ -128,7 +128,7 @@ export function summaryOf(row: KeyRow): KeySummary {
     state: stateOf(row),
     status: row.status,
     claimId: row.claim_id,
-    fingerprint: row.request_hash,
+    fingerprint: row.fingerprint,
     recoveryPoint: row.recovery_point,
     leaseAgeMs: toNumber(row.lease_age_ms),
     ageMs: Number(row.age_ms),
@@ -156,7 +156,7 @@ export function detailsOf(row: KeyDetailRow, ring?: Keyring): KeyDetails {
     }
   }
   const where = { scope: row.scope, key: row.key }
-  const steps = Object.entries(row.phase_data ?? {}).map(([name, stored]) => ({
+  const steps = Object.entries(row.step_results ?? {}).map(([name, stored]) => ({
     name,
     result: isSealedText(stored) ? open(`step:${name}`, stored, () => openPhases(ring, where, { [name]: stored })[name], stored as unknown) : stored,
     providerKey: deriveStepKey({ scope: row.scope, key: row.key, claimId: row.claim_id, step: name }),

@@ -91,7 +91,7 @@ export async function releaseKey(target: AdminDatabase, options: ReleaseKeyOptio
   }
   const { rows } = await db.query<{ claim_id: string }>({
     text: sql.releaseKey,
-    values: [scope, key, details.claimId, row.lock_token, row.locked_at, row.status, staleAfterMs],
+    values: [scope, key, details.claimId, row.fence_token, row.locked_at, row.status, staleAfterMs],
   })
   if (rows.length === 0) return { released: false, reason: 'changed', detail: 'the key changed while it was being released (renewed, taken over or settled); nothing was deleted' }
   log.warn(

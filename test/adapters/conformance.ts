@@ -79,7 +79,7 @@ export function conformanceSuite(harness: AdapterHarness): void {
       headers: { ...headers, ...(key === undefined ? {} : { 'idempotency-key': key }) },
     })
     const rowCount = async (scope: string) =>
-      (await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table} WHERE user_id = $1`, [scope])).rows[0]?.n
+      (await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table} WHERE scope = $1`, [scope])).rows[0]?.n
     const problemOf = (response: { headers: Headers; body: Buffer }) => {
       expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/)
       const body = JSON.parse(response.body.toString('utf8')) as Problem
@@ -303,7 +303,7 @@ export function conformanceSuite(harness: AdapterHarness): void {
           [422, TTL_SECONDS],
           [201, TTL_SECONDS],
         ])
-        const stored = await db.pool.query<{ response_headers: unknown }>(`SELECT response_headers FROM ${table} WHERE user_id = '1' AND key = $1`, [key])
+        const stored = await db.pool.query<{ response_headers: unknown }>(`SELECT response_headers FROM ${table} WHERE scope = '1' AND key = $1`, [key])
         expect(JSON.stringify(stored.rows[0]?.response_headers)).toContain('content-type')
         expect(JSON.stringify(stored.rows[0]?.response_headers)).not.toContain('idempotency-key-ttl')
       })
@@ -428,7 +428,7 @@ export function conformanceSuite(harness: AdapterHarness): void {
           const pending = app.request(post('/v1/charges', key, { amount: 1 }))
           await started.promise
           // Another worker took the claim over: the fence token changed under this one.
-          await db.pool.query(`UPDATE ${table} SET lock_token = gen_random_uuid() WHERE user_id = '1' AND key = $1`, [key])
+          await db.pool.query(`UPDATE ${table} SET fence_token = gen_random_uuid() WHERE scope = '1' AND key = $1`, [key])
           release.resolve()
           const response = await pending
           expect(response.status).toBe(409)
@@ -519,7 +519,7 @@ export function conformanceSuite(harness: AdapterHarness): void {
         const replay = await app.request(post('/v1/charges', key, { amount: 1 }))
         expect(replay.headers.get('set-cookie')).toBeNull()
         expect([replay.headers.get('x-request-cost'), replay.headers.get('cache-control'), replay.headers.get('content-language')]).toEqual(['3', 'no-store', 'en'])
-        const { rows } = await db.pool.query<{ headers: Array<[string, string]> }>(`SELECT response_headers AS headers FROM ${table} WHERE user_id = '1' AND key = $1`, [key])
+        const { rows } = await db.pool.query<{ headers: Array<[string, string]> }>(`SELECT response_headers AS headers FROM ${table} WHERE scope = '1' AND key = $1`, [key])
         const names = (rows[0]?.headers ?? []).map(([name]) => name)
         expect(names).toContain('content-type')
         for (const name of ['set-cookie', 'date', 'content-length', 'connection', 'transfer-encoding']) expect(names).not.toContain(name)

@@ -60,8 +60,8 @@ const sent = (status: number, body = `{"status":${status}}`): CapturedResponse =
 })
 
 async function row(key: string) {
-  const { rows } = await db.pool.query<{ status: string; response_status: number | null; lock_token: string | null }>(
-    `SELECT status, response_status, lock_token::text FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+  const { rows } = await db.pool.query<{ status: string; response_status: number | null; fence_token: string | null }>(
+    `SELECT status, response_status, fence_token::text FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`,
     [key],
   )
   return rows[0]
@@ -307,7 +307,7 @@ describe('GuardedExecution: a completion that does not land', () => {
     expect(lines[0]).toMatchObject({ level: 'error', fields: { ...guard.logFields, code: 'ONCELY_OUTCOME_NOT_RECORDED', instance: answer.body.instance } })
     expect(lines[0]!.message).toMatch(/^oncely: the outcome could not be recorded: OncelyError: .*no_such_table/)
     // Kept suspended for an operator, not released.
-    expect(await row(execution.key)).toMatchObject({ status: 'in_progress', lock_token: null })
+    expect(await row(execution.key)).toMatchObject({ status: 'in_progress', fence_token: null })
   })
 
   it('a handler past handlerDeadlineMs: 503 outcome not recorded, retryable after a second, logged with the deadline code', async () => {

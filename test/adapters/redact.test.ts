@@ -42,7 +42,7 @@ describe('redact', () => {
     expect(replay.status).toBe(201)
     expect(replay.headers.get('idempotent-replayed')).toBe('true')
     expect(await replay.text()).toBe('{"id":"ch_1","card":"************4242"}')
-    const { rows } = await db.pool.query<{ body: Buffer }>(`SELECT response_body AS body FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`, [key])
+    const { rows } = await db.pool.query<{ body: Buffer }>(`SELECT response_body AS body FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`, [key])
     expect(rows[0]?.body.includes(CARD)).toBe(false)
     expect(runs - before).toBe(1)
   })

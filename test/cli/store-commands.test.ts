@@ -61,7 +61,7 @@ describe('oncely sweep', () => {
       const decision = await engine.begin({ scope: 'cli', key, fingerprint })
       if (decision.kind === 'execute') await decision.execution.complete(jsonResponse(201, '{}'))
     }
-    await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 second' WHERE user_id = 'cli' AND key <> 'c'`)
+    await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 second' WHERE scope = 'cli' AND key <> 'c'`)
     const result = await runCli(['sweep', '--batch-size', '1'], { DATABASE_URL: db.url, ONCELY_SCHEMA: db.schema })
     expect(result).toMatchObject({ code: 0, stdout: 'deleted 2 expired keys in 3 batches\n' })
     expect((await runCli(['sweep', '--batch-size', 'lots'], { DATABASE_URL: db.url })).code).toBe(2)

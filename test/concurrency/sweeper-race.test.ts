@@ -21,10 +21,10 @@ describe('sweeper', () => {
       const decision = await engine.begin({ scope: 'sweep', key: `k${i}`, fingerprint })
       if (decision.kind === 'execute') await decision.execution.complete(jsonResponse(201, '{}'))
     }
-    await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 minute' WHERE user_id = 'sweep' AND key <> 'k0'`)
+    await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 minute' WHERE scope = 'sweep' AND key <> 'k0'`)
     const result = await sweepExpiredKeys(store, { batchSize: 10 })
     expect(result).toEqual({ deleted: 24, batches: 3 })
-    const { rows } = await db.pool.query<{ key: string }>(`SELECT key FROM ${keyTable(db)} WHERE user_id = 'sweep'`)
+    const { rows } = await db.pool.query<{ key: string }>(`SELECT key FROM ${keyTable(db)} WHERE scope = 'sweep'`)
     expect(rows.map((row) => row.key)).toEqual(['k0'])
   })
 
@@ -36,7 +36,7 @@ describe('sweeper', () => {
         const decision = await engine.begin({ scope: 'race', key, fingerprint })
         if (decision.kind === 'execute') await decision.execution.complete(jsonResponse(201, `{"round":${round}}`))
       }
-      await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 minute' WHERE user_id = 'race'`)
+      await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 minute' WHERE scope = 'race'`)
       const start = latch(keys.length + 1)
       const [, ...outcomes] = await Promise.all([
         (async () => {
@@ -53,7 +53,7 @@ describe('sweeper', () => {
         }),
       ])
       expect(outcomes).toEqual(keys.map(() => 'completed'))
-      const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${keyTable(db)} WHERE user_id = 'race' AND status = 'completed' AND expires_at > now()`)
+      const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${keyTable(db)} WHERE scope = 'race' AND status = 'completed' AND expires_at > now()`)
       expect(rows[0]?.n).toBe(keys.length)
     }
   })

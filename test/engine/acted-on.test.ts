@@ -14,7 +14,7 @@ afterAll(async () => {
 
 async function row(key: string) {
   const { rows } = await db.pool.query<{ status: string; claim_id: string; interrupted: boolean }>(
-    `SELECT status, claim_id::text, interrupted FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+    `SELECT status, claim_id::text, interrupted FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`,
     [key],
   )
   return rows[0]

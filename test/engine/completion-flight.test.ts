@@ -122,7 +122,7 @@ describe('complete(response, { statements }): the completion in one flight', () 
     const holder = await world.db.pool.connect()
     try {
       await holder.query('BEGIN')
-      await holder.query(`SELECT 1 FROM ${keyTable(world.db)} WHERE user_id = 'u1' AND key = 'flight-locked' FOR UPDATE`)
+      await holder.query(`SELECT 1 FROM ${keyTable(world.db)} WHERE scope = 'u1' AND key = 'flight-locked' FOR UPDATE`)
       const completing = execution.complete(jsonResponse(201, '{}'), { statements: [insertCharge('ch_flight_locked')] })
       // Long enough for several attempts to time out on the lock (100 ms each).
       await new Promise((resolve) => setTimeout(resolve, 600))

@@ -25,7 +25,7 @@ afterAll(async () => {
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 7 } })
 
 async function statuses(scope: string): Promise<string[]> {
-  const { rows } = await db.pool.query<{ status: string }>(`SELECT status FROM ${keyTable(db)} WHERE user_id = $1 ORDER BY key`, [scope])
+  const { rows } = await db.pool.query<{ status: string }>(`SELECT status FROM ${keyTable(db)} WHERE scope = $1 ORDER BY key`, [scope])
   return rows.map((row) => row.status)
 }
 

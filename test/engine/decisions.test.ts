@@ -79,7 +79,7 @@ describe('failures (Invariant 7)', () => {
   it('an error before any step releases the key: the retry runs as new', async () => {
     const { engine } = engineOn(db)
     await expect(engine.run({ scope: 'u1', key: 'fail-early', fingerprint }, async () => { throw new Error('validation') })).rejects.toThrow('validation')
-    const { rowCount } = await db.pool.query(`SELECT 1 FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = 'fail-early'`)
+    const { rowCount } = await db.pool.query(`SELECT 1 FROM ${keyTable(db)} WHERE scope = 'u1' AND key = 'fail-early'`)
     expect(rowCount).toBe(0)
     expect((await engine.begin({ scope: 'u1', key: 'fail-early', fingerprint })).kind).toBe('execute')
   })
@@ -98,8 +98,8 @@ describe('failures (Invariant 7)', () => {
       return jsonResponse(201, '{"id":"ch_1"}')
     }
     await expect(engine.run({ scope: 'u1', key: 'fail-late', fingerprint }, handler)).rejects.toThrow('provider unreachable')
-    const suspended = await db.pool.query<{ lock_token: string | null; recovery_point: string }>(`SELECT lock_token, recovery_point FROM ${keyTable(db)} WHERE key = 'fail-late'`)
-    expect(suspended.rows[0]).toEqual({ lock_token: null, recovery_point: 'reserve' })
+    const suspended = await db.pool.query<{ fence_token: string | null; recovery_point: string }>(`SELECT fence_token, recovery_point FROM ${keyTable(db)} WHERE key = 'fail-late'`)
+    expect(suspended.rows[0]).toEqual({ fence_token: null, recovery_point: 'reserve' })
     const result = await engine.run({ scope: 'u1', key: 'fail-late', fingerprint }, handler)
     expect(result.kind).toBe('executed')
     expect(reserveRuns).toBe(1)

@@ -19,8 +19,8 @@ afterAll(async () => {
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1 } })
 
 async function row(key: string) {
-  const { rows } = await db.pool.query<{ recovery_point: string | null; phase_data: Record<string, unknown>; started_steps: string[] }>(
-    `SELECT recovery_point, phase_data, started_steps FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+  const { rows } = await db.pool.query<{ recovery_point: string | null; step_results: Record<string, unknown>; started_steps: string[] }>(
+    `SELECT recovery_point, step_results, started_steps FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`,
     [key],
   )
   return rows[0]
@@ -35,11 +35,11 @@ describe("step(name, fn, { commit: 'with-next-write' })", () => {
     expect(charge).toEqual({ id: 'ch_1' })
     expect(pool.statements).toHaveLength(1)
     expect(execution.recoveryPoint).toBeNull()
-    expect(await row('deferred-mark')).toMatchObject({ recovery_point: null, phase_data: {} })
+    expect(await row('deferred-mark')).toMatchObject({ recovery_point: null, step_results: {} })
 
     await execution.step('receipt', () => true, { delivery: 'at-most-once', commit: 'with-next-write' })
     expect(pool.statements).toHaveLength(2)
-    expect(await row('deferred-mark')).toMatchObject({ recovery_point: 'charge', phase_data: { charge: { id: 'ch_1' } }, started_steps: ['receipt'] })
+    expect(await row('deferred-mark')).toMatchObject({ recovery_point: 'charge', step_results: { charge: { id: 'ch_1' } }, started_steps: ['receipt'] })
     expect(execution.recoveryPoint).toBe('charge')
     // A step already run returns its result without running, committed or not.
     expect(await execution.step('charge', () => ({ id: 'never' }))).toEqual({ id: 'ch_1' })
@@ -56,7 +56,7 @@ describe("step(name, fn, { commit: 'with-next-write' })", () => {
     expect(execution.recoveryPoint).toBe('c')
     const stored = await row('deferred-phase')
     expect(stored?.recovery_point).toBe('c')
-    expect(Object.keys(stored?.phase_data ?? {}).sort()).toEqual(['a', 'b', 'c'])
+    expect(Object.keys(stored?.step_results ?? {}).sort()).toEqual(['a', 'b', 'c'])
     // A take-over resumes with all three, none run again.
     await ageClaim(db, 'u1', 'deferred-phase')
     const taker = owned(await engineOn(db, { staleAfterMs: 1000 }).engine.begin({ scope: 'u1', key: 'deferred-phase', fingerprint }))
@@ -80,7 +80,7 @@ describe("step(name, fn, { commit: 'with-next-write' })", () => {
     expect(keys[1]).toBe(keys[0])
     // The old owner's deferred result cannot land: its next write is fenced out.
     await expect(old.step('receipt', () => true, { delivery: 'at-most-once' })).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
-    expect((await row('deferred-crash'))?.phase_data).toEqual({ charge: 2 })
+    expect((await row('deferred-crash'))?.step_results).toEqual({ charge: 2 })
     await taker.complete(jsonResponse(201, '{}'))
   })
 

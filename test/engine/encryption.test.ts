@@ -29,7 +29,7 @@ describe('encryption at rest', () => {
   const engineWith = (encryption?: EncryptionOptions) =>
     createEngine<Queryable>({ store: createPostgresStore({ pool: db.pool, schema: db.schema }), ...(encryption === undefined ? {} : { encryption }) })
   const rawRow = async (key: string) =>
-    (await db.pool.query<{ response_headers: unknown; response_body: Buffer; phase_data: Record<string, unknown> }>(`SELECT response_headers, response_body, phase_data FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`, [key])).rows[0]
+    (await db.pool.query<{ response_headers: unknown; response_body: Buffer; step_results: Record<string, unknown> }>(`SELECT response_headers, response_body, step_results FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`, [key])).rows[0]
   const completeWithStep = async (encryption: EncryptionOptions | undefined, key: string) => {
     const decision = await engineWith(encryption).begin({ scope: 'u1', key, fingerprint: print })
     if (decision.kind !== 'execute') throw new Error(decision.kind)
@@ -55,7 +55,7 @@ describe('encryption at rest', () => {
     const row = await rawRow(key)
     expect(row?.response_body.includes('ch_secret_4242')).toBe(false)
     expect(row?.response_headers).toEqual([])
-    expect(JSON.stringify(row?.phase_data)).not.toContain('pch_secret_77')
+    expect(JSON.stringify(row?.step_results)).not.toContain('pch_secret_77')
     const replay = await replayed(onlyA, key)
     expect(replay.status).toBe(201)
     expect(replay.headers).toEqual(response.headers)
@@ -103,7 +103,7 @@ describe('encryption at rest', () => {
     const row = await rawRow(fresh)
     // The envelope: 4 magic bytes, the id's length, the id.
     expect(row?.response_body.subarray(4, 6)).toEqual(Buffer.from([1, 0x42]))
-    expect(String(row?.phase_data.charge)).toMatch(/^oncely:enc:v1:B:/)
+    expect(String(row?.step_results.charge)).toMatch(/^oncely:enc:v1:B:/)
     // Only A: B's rows do not open, with a clear error naming the key id.
     await expect(replayed(onlyA, fresh)).rejects.toThrow(/key id "B", which is not among the configured keys \(A\)/)
   })
@@ -118,7 +118,7 @@ describe('encryption at rest', () => {
     const key = newKey()
     await completeWithStep(onlyA, key)
     const table = keyTable(db)
-    await db.pool.query(`UPDATE ${table} SET response_body = overlay(response_body placing '\\xff'::bytea from length(response_body) for 1) WHERE user_id = 'u1' AND key = $1`, [key])
+    await db.pool.query(`UPDATE ${table} SET response_body = overlay(response_body placing '\\xff'::bytea from length(response_body) for 1) WHERE scope = 'u1' AND key = $1`, [key])
     const tampered = await replayed(onlyA, key).catch((error: unknown) => error)
     expect(isOncelyError(tampered, 'ONCELY_DECRYPTION_FAILED')).toBe(true)
     expect(String(tampered)).toMatch(/does not decrypt under key id "A"/)
@@ -127,7 +127,7 @@ describe('encryption at rest', () => {
     const copy = newKey()
     await completeWithStep(onlyA, source)
     await completeWithStep(onlyA, copy)
-    await db.pool.query(`UPDATE ${table} SET response_body = (SELECT response_body FROM ${table} WHERE user_id = 'u1' AND key = $1) WHERE user_id = 'u1' AND key = $2`, [source, copy])
+    await db.pool.query(`UPDATE ${table} SET response_body = (SELECT response_body FROM ${table} WHERE scope = 'u1' AND key = $1) WHERE scope = 'u1' AND key = $2`, [source, copy])
     await expect(replayed(onlyA, copy)).rejects.toThrow(/does not decrypt/)
 
     await expect(replayed({ keys: { A: randomBytes(32) }, current: 'A' }, source)).rejects.toThrow(/does not decrypt under key id "A"/)

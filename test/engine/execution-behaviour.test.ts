@@ -31,8 +31,8 @@ const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', b
 const input = (key: string) => ({ scope: 'u1', key, fingerprint })
 
 async function row(key: string) {
-  const { rows } = await db.pool.query<{ status: string; lock_token: string | null; recovery_point: string | null; outcome_error: string | null }>(
-    `SELECT status, lock_token::text, recovery_point, outcome_error FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+  const { rows } = await db.pool.query<{ status: string; fence_token: string | null; recovery_point: string | null; outcome_error: string | null }>(
+    `SELECT status, fence_token::text, recovery_point, outcome_error FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`,
     [key],
   )
   return rows[0]
@@ -135,7 +135,7 @@ describe('what a claim someone may have acted on keeps (Invariant 11)', () => {
     expect(taker.sideEffectsPossible).toBe(true)
     await taker.release()
     expect(taker.state).toBe('suspended')
-    expect(await row('release-taken')).toMatchObject({ status: 'in_progress', lock_token: null })
+    expect(await row('release-taken')).toMatchObject({ status: 'in_progress', fence_token: null })
     expect(old.state).toBe('running')
   })
 
@@ -146,7 +146,7 @@ describe('what a claim someone may have acted on keeps (Invariant 11)', () => {
     expect(execution.sideEffectsPossible).toBe(true)
     await execution.release()
     expect(execution.state).toBe('suspended')
-    expect(await row('step-threw')).toMatchObject({ status: 'in_progress', lock_token: null })
+    expect(await row('step-threw')).toMatchObject({ status: 'in_progress', fence_token: null })
   })
 
   it('an at-most-once mark keeps the recovery point of the last committed step while its function runs', async () => {
@@ -179,7 +179,7 @@ describe('a worker whose claim was taken over (Invariant 3)', () => {
     const { old, taker } = await takenOver('lost-suspend')
     await expect(old.suspend()).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
     expect(old.state).toBe('lost')
-    expect((await row('lost-suspend'))?.lock_token).toBe(taker.fenceToken)
+    expect((await row('lost-suspend'))?.fence_token).toBe(taker.fenceToken)
     await taker.complete(jsonResponse(201, '{}'))
   })
 
@@ -332,7 +332,7 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
     await execution.suspend()
     await cut
     expect(execution.state).toBe('suspended')
-    expect(await row('lost-answer-suspend')).toMatchObject({ status: 'in_progress', lock_token: null })
+    expect(await row('lost-answer-suspend')).toMatchObject({ status: 'in_progress', fence_token: null })
   })
 })
 

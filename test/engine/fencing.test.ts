@@ -15,8 +15,8 @@ afterAll(async () => {
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1 } })
 
 async function row(key: string) {
-  const { rows } = await db.pool.query<{ status: string; recovery_point: string | null; phase_data: Record<string, unknown>; locked_at: Date; lock_token: string | null }>(
-    `SELECT status, recovery_point, phase_data, locked_at, lock_token::text FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+  const { rows } = await db.pool.query<{ status: string; recovery_point: string | null; step_results: Record<string, unknown>; locked_at: Date; fence_token: string | null }>(
+    `SELECT status, recovery_point, step_results, locked_at, fence_token::text FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`,
     [key],
   )
   return rows[0]
@@ -78,9 +78,9 @@ describe('the fence token', () => {
     const { engine, store } = engineOn(db)
     const execution = owned(await engine.begin({ scope: 'u1', key: 'token-1', fingerprint }))
     // The claim's locked_at carries microseconds; a Date keeps milliseconds.
-    await db.pool.query(`UPDATE ${keyTable(db)} SET locked_at = '2026-01-01 00:00:00.123456+00' WHERE user_id = 'u1' AND key = 'token-1'`)
+    await db.pool.query(`UPDATE ${keyTable(db)} SET locked_at = '2026-01-01 00:00:00.123456+00' WHERE scope = 'u1' AND key = 'token-1'`)
     const asDate = (await row('token-1'))?.locked_at
-    const viaDate = await db.pool.query(`SELECT 1 FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = 'token-1' AND locked_at = $1`, [asDate])
+    const viaDate = await db.pool.query(`SELECT 1 FROM ${keyTable(db)} WHERE scope = 'u1' AND key = 'token-1' AND locked_at = $1`, [asDate])
     expect(viaDate.rowCount).toBe(0)
     // The real token, carried through JSON (as between processes), still fences exactly.
     const carried = JSON.parse(JSON.stringify({ token: execution.fenceToken })) as { token: string }
@@ -103,7 +103,7 @@ describe('PostgreSQL types', () => {
     const client = new pg.Client({ connectionString: db.url })
     await client.connect()
     const { rows } = await client.query<{ data_type: string }>(
-      `SELECT data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'idempotency_key' AND column_name = 'lock_token'`,
+      `SELECT data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'idempotency_key' AND column_name = 'fence_token'`,
       [db.schema],
     )
     await client.end()

@@ -24,7 +24,7 @@ afterAll(async () => {
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 11 } })
 const lost = () => new OncelyError('ONCELY_STORE_UNAVAILABLE', 'the answer to the claim was lost')
 const rowsOf = async (key: string) =>
-  (await db.pool.query<{ lock_token: string; status: string }>(`SELECT lock_token, status FROM ${keyTable(db)} WHERE key = $1`, [key])).rows
+  (await db.pool.query<{ fence_token: string; status: string }>(`SELECT fence_token, status FROM ${keyTable(db)} WHERE key = $1`, [key])).rows
 
 /** The real store, with `claim` and `release` replaced by the test's own. */
 function storeWith(overrides: { claim(request: ClaimRequest): ReturnType<PostgresStore['claim']>; release?(fence: Fence): Promise<boolean> }) {
@@ -142,7 +142,7 @@ describe('a claim that lands after its attempt was given up on', () => {
     const fence = await released.promise
     expect(fence).toMatchObject({ scope: 'u1', key })
     const [row] = await rowsOf(key)
-    expect(fence.fenceToken).not.toBe(row?.lock_token)
+    expect(fence.fenceToken).not.toBe(row?.fence_token)
     expect(row?.status).toBe('completed')
   })
 

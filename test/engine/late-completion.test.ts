@@ -33,8 +33,8 @@ const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', b
 const engine = () => createEngine<Queryable>({ store: createPostgresStore({ pool, schema: db.schema, statementTimeoutMs: 400, lockTimeoutMs: 300 }), staleAfterMs: 60_000 })
 
 async function rowOf(key: string) {
-  const { rows } = await db.pool.query<{ status: string; lock_token: string; response_body: Buffer }>(
-    `SELECT status, lock_token::text, response_body FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+  const { rows } = await db.pool.query<{ status: string; fence_token: string; response_body: Buffer }>(
+    `SELECT status, fence_token::text, response_body FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`,
     [key],
   )
   return rows[0]
@@ -57,7 +57,7 @@ describe('a completion whose COMMIT lands after its worker gave up waiting for i
     const { rows } = await db.pool.query<{ attempt: number }>('SELECT attempt FROM landings')
     expect(rows).toEqual([{ attempt: 1 }])
     const row = await rowOf(key)
-    expect({ status: row?.status, token: row?.lock_token, body: row?.response_body.toString() }).toEqual({ status: 'completed', token: execution.fenceToken, body: '{"attempt":1}' })
+    expect({ status: row?.status, token: row?.fence_token, body: row?.response_body.toString() }).toEqual({ status: 'completed', token: execution.fenceToken, body: '{"attempt":1}' })
   })
 
   it('complete with statements: the late flight is the worker’s own, and it ends completed', async () => {
@@ -69,6 +69,6 @@ describe('a completion whose COMMIT lands after its worker gave up waiting for i
     expect(execution.state).toBe('completed')
     const { rows } = await db.pool.query<{ attempt: number }>('SELECT attempt FROM landings WHERE attempt = 100')
     expect(rows).toEqual([{ attempt: 100 }])
-    expect((await rowOf(key))?.lock_token).toBe(execution.fenceToken)
+    expect((await rowOf(key))?.fence_token).toBe(execution.fenceToken)
   })
 })

@@ -56,8 +56,8 @@ function givingUpEngine(onRefusedRelease?: () => Promise<void>) {
 }
 
 async function rowOf(key: string) {
-  const { rows } = await db.pool.query<{ lock_token: string | null; interrupted: boolean }>(
-    `SELECT lock_token::text, interrupted FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+  const { rows } = await db.pool.query<{ fence_token: string | null; interrupted: boolean }>(
+    `SELECT fence_token::text, interrupted FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`,
     [key],
   )
   return rows[0]
@@ -114,7 +114,7 @@ describe('a claim statement that lands after its begin answered 503', () => {
     late.release()
     const { how, fence } = await letGo
     expect(how).toBe('suspended')
-    expect(await rowOf(key)).toEqual({ lock_token: null, interrupted: true })
+    expect(await rowOf(key)).toEqual({ fence_token: null, interrupted: true })
     expect(fence.key).toBe(key)
     const retry = owned(await engineOn(db, { staleAfterMs: 60_000 }).engine.begin(input(key)))
     expect(retry.how).toBe('take-over')

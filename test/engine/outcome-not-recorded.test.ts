@@ -16,8 +16,8 @@ afterAll(async () => {
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 4 } })
 
 async function row(key: string) {
-  const { rows } = await db.pool.query<{ status: string; lock_token: string | null; outcome_error: string | null; recovery_point: string | null }>(
-    `SELECT status, lock_token::text, outcome_error, recovery_point FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+  const { rows } = await db.pool.query<{ status: string; fence_token: string | null; outcome_error: string | null; recovery_point: string | null }>(
+    `SELECT status, fence_token::text, outcome_error, recovery_point FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`,
     [key],
   )
   return rows[0]
@@ -47,7 +47,7 @@ describe('a completion that fails the same way every time (issue 8, path 15)', (
     // A deterministic error is not retried.
     expect(runs).toBe(1)
     expect(execution.state).toBe('suspended')
-    expect(await row('dup-1')).toMatchObject({ status: 'in_progress', lock_token: null, recovery_point: 'charge', outcome_error: expect.stringContaining('23505') as unknown })
+    expect(await row('dup-1')).toMatchObject({ status: 'in_progress', fence_token: null, recovery_point: 'charge', outcome_error: expect.stringContaining('23505') as unknown })
     // Listed as stuck for the operator once past the stale threshold (a suspended claim keeps its lease time).
     await db.pool.query(`UPDATE ${keyTable(db)} SET locked_at = now() - interval '2 minutes' WHERE key = 'dup-1'`)
     expect(await store.countStaleClaims(60_000)).toBeGreaterThanOrEqual(1)

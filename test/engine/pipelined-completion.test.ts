@@ -100,7 +100,7 @@ describe('complete(response, { writes })', () => {
     const holder = await world.db.pool.connect()
     try {
       await holder.query('BEGIN')
-      await holder.query(`SELECT 1 FROM ${keyTable(world.db)} WHERE user_id = 'u1' AND key = 'pipe-locked' FOR UPDATE`)
+      await holder.query(`SELECT 1 FROM ${keyTable(world.db)} WHERE scope = 'u1' AND key = 'pipe-locked' FOR UPDATE`)
       const completing = execution.complete(jsonResponse(201, '{}'), { writes: async (tx) => void (await insertCharge(tx, 'ch_locked')) })
       // Long enough for several attempts to time out on the lock (100 ms each).
       await new Promise((resolve) => setTimeout(resolve, 600))

@@ -35,8 +35,8 @@ const input = (key: string) => ({ scope: 'u1', key, fingerprint })
 const transient = () => Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' })
 
 async function row(key: string) {
-  const { rows } = await db.pool.query<{ status: string; lock_token: string | null; outcome_error: string | null }>(
-    `SELECT status, lock_token::text, outcome_error FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+  const { rows } = await db.pool.query<{ status: string; fence_token: string | null; outcome_error: string | null }>(
+    `SELECT status, fence_token::text, outcome_error FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`,
     [key],
   )
   return rows[0]
@@ -53,7 +53,7 @@ const meanwhile = {
   },
   /** An operator deletes the key (`oncely keys release`, or by hand). */
   async deleted(key: string): Promise<void> {
-    await db.pool.query(`DELETE FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`, [key])
+    await db.pool.query(`DELETE FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`, [key])
   },
   /** The key is deleted and a new request claims it: a row of another claim. */
   async claimedAnew(key: string): Promise<Execution<Queryable>> {
@@ -112,7 +112,7 @@ describe('a write that did not land is not taken for the change someone else mad
       const after = await row(key)
       if (other === undefined) expect(after).toBeUndefined()
       else {
-        expect(after).toMatchObject({ status: 'in_progress', lock_token: (other as Execution<Queryable>).fenceToken })
+        expect(after).toMatchObject({ status: 'in_progress', fence_token: (other as Execution<Queryable>).fenceToken })
         await (other as Execution<Queryable>).complete(jsonResponse(201, '{}'))
       }
     })
@@ -155,7 +155,7 @@ describe('a write that landed, its answer lost, recognised after someone else ch
     const execution = owned(await engine.begin(input(key)))
     await execution.release()
     expect(execution.state).toBe('released')
-    expect(await row(key)).toMatchObject({ status: 'in_progress', lock_token: fresh!.fenceToken })
+    expect(await row(key)).toMatchObject({ status: 'in_progress', fence_token: fresh!.fenceToken })
     await fresh!.complete(jsonResponse(201, '{}'))
   })
 })
@@ -209,7 +209,7 @@ describe('a worker that gave its claim up writes nothing more', () => {
       unsubscribe(engineChannelName('lock-lost'), listener)
     }
     expect(execution.state).toBe('lost')
-    expect(await row(key)).toMatchObject({ status: 'in_progress', lock_token: execution.fenceToken, outcome_error: null })
+    expect(await row(key)).toMatchObject({ status: 'in_progress', fence_token: execution.fenceToken, outcome_error: null })
   })
 
   it('keeps the first reason it gave up for: past its deadline, then the database away, later calls still say the deadline', async () => {
@@ -238,6 +238,6 @@ describe('a worker that gave its claim up writes nothing more', () => {
       client.release(true)
       proxy.restore()
     }
-    expect(await row(key)).toMatchObject({ status: 'in_progress', lock_token: execution.fenceToken })
+    expect(await row(key)).toMatchObject({ status: 'in_progress', fence_token: execution.fenceToken })
   })
 })

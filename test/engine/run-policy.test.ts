@@ -18,7 +18,7 @@ afterAll(async () => {
 
 const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 13 } })
 const rowOf = async (key: string) =>
-  (await db.pool.query<{ status: string; lock_token: string | null }>(`SELECT status, lock_token FROM ${keyTable(db)} WHERE key = $1`, [key])).rows[0]
+  (await db.pool.query<{ status: string; fence_token: string | null }>(`SELECT status, fence_token FROM ${keyTable(db)} WHERE key = $1`, [key])).rows[0]
 
 describe('engine.run when the handler throws', () => {
   it('before any step: the error is thrown again and the key released, free for a new request', async () => {
@@ -34,7 +34,7 @@ describe('engine.run when the handler throws', () => {
       throw failure
     }
     await expect(engine.run({ scope: 'u1', key: 'throws-late', fingerprint }, handler)).rejects.toBe(failure)
-    expect(await rowOf('throws-late')).toEqual({ status: 'in_progress', lock_token: null })
+    expect(await rowOf('throws-late')).toEqual({ status: 'in_progress', fence_token: null })
   })
 
   it('a policy that suspends before any step: the claim is kept for the retry, not released', async () => {
@@ -42,7 +42,7 @@ describe('engine.run when the handler throws', () => {
     await expect(
       engine.run({ scope: 'u1', key: 'suspended-early', fingerprint }, async () => Promise.reject(failure), { onFailure: () => ({ action: 'suspend' }) }),
     ).rejects.toBe(failure)
-    expect(await rowOf('suspended-early')).toEqual({ status: 'in_progress', lock_token: null })
+    expect(await rowOf('suspended-early')).toEqual({ status: 'in_progress', fence_token: null })
   })
 
   it('a policy that stores a response: run answers with it and retries replay it', async () => {

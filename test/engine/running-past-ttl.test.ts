@@ -15,12 +15,12 @@ const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', b
 const TTL = 3_600_000
 
 async function expire(key: string) {
-  await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 second' WHERE user_id = 'u1' AND key = $1`, [key])
+  await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 second' WHERE scope = 'u1' AND key = $1`, [key])
 }
 
 async function row(key: string) {
   const { rows } = await db.pool.query<{ claim_id: string; expires_in_s: number; status: string }>(
-    `SELECT claim_id::text, EXTRACT(EPOCH FROM expires_at - now())::float8 AS expires_in_s, status FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`,
+    `SELECT claim_id::text, EXTRACT(EPOCH FROM expires_at - now())::float8 AS expires_in_s, status FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`,
     [key],
   )
   return rows[0]

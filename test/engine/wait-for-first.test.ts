@@ -90,7 +90,7 @@ describe('engine.begin with waitMs', () => {
     const claimed = await storeClaim(store, { scope: 'u1', key, fingerprint })
     expect(claimed.kind).toBe('claimed')
     // Renewed 20 s ago under a 30 s threshold (renewals every 10 s): about 10 s to go.
-    await db.pool.query(`UPDATE ${'"' + db.schema.replaceAll('"', '""') + '"'}.idempotency_key SET locked_at = now() - interval '20 seconds' WHERE user_id = 'u1' AND key = $1`, [key])
+    await db.pool.query(`UPDATE ${'"' + db.schema.replaceAll('"', '""') + '"'}.idempotency_key SET locked_at = now() - interval '20 seconds' WHERE scope = 'u1' AND key = $1`, [key])
     const decision = await waiterOn(store).begin({ scope: 'u1', key, fingerprint }, { waitMs: 30 })
     expect(decision.kind).toBe('conflict')
     if (decision.kind === 'conflict') expect(decision.retryAfterSeconds).toBeGreaterThanOrEqual(9)

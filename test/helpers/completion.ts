@@ -39,7 +39,7 @@ export function useChargesDatabase() {
     },
     /** The status of scope `u1`'s key, or undefined when it has no row. */
     status: async (key: string) => {
-      const { rows } = await database().pool.query<{ status: string }>(`SELECT status FROM ${keyTable(database())} WHERE user_id = 'u1' AND key = $1`, [key])
+      const { rows } = await database().pool.query<{ status: string }>(`SELECT status FROM ${keyTable(database())} WHERE scope = 'u1' AND key = $1`, [key])
       return rows[0]?.status
     },
   }

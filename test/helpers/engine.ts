@@ -68,7 +68,7 @@ export function keyTable(db: TestDatabase): string {
 
 /** Makes a claim look abandoned: its lease last renewed an hour ago, as if its worker died. */
 export async function ageClaim(db: TestDatabase, scope: string, key: string): Promise<void> {
-  await db.pool.query(`UPDATE ${keyTable(db)} SET locked_at = now() - interval '1 hour' WHERE user_id = $1 AND key = $2`, [scope, key])
+  await db.pool.query(`UPDATE ${keyTable(db)} SET locked_at = now() - interval '1 hour' WHERE scope = $1 AND key = $2`, [scope, key])
 }
 
 /**

@@ -23,7 +23,7 @@ const quiet = { info() {}, warn() {}, error() {} }
 async function liveClaim(scope: string, key: string, ageSeconds: number) {
   const { engine } = engineOn(db, { staleAfterMs: 60_000 })
   const owner = owned(await engine.begin({ scope, key, fingerprint }))
-  await db.pool.query(`UPDATE ${keyTable(db)} SET locked_at = now() - $3::integer * interval '1 second' WHERE user_id = $1 AND key = $2`, [scope, key, ageSeconds])
+  await db.pool.query(`UPDATE ${keyTable(db)} SET locked_at = now() - $3::integer * interval '1 second' WHERE scope = $1 AND key = $2`, [scope, key, ageSeconds])
   return owner
 }
 

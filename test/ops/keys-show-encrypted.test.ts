@@ -77,7 +77,7 @@ describe('oncely reconcile, encrypted', () => {
     const details = await inspectKey({ pool: db.pool, schema: db.schema }, { scope: '7', key: 'stuck-sealed', encryption })
     expect(details?.status).toBe('failed')
     expect(details?.response?.body).toBe('{"charge":{"providerCharge":"pch_reconciled"}}')
-    const { rows } = await db.pool.query<{ body: Buffer }>(`SELECT response_body AS body FROM ${keyTable(db)} WHERE user_id = '7' AND key = 'stuck-sealed'`)
+    const { rows } = await db.pool.query<{ body: Buffer }>(`SELECT response_body AS body FROM ${keyTable(db)} WHERE scope = '7' AND key = 'stuck-sealed'`)
     expect(rows[0]?.body.includes('pch_reconciled')).toBe(false)
   })
 })

@@ -144,7 +144,7 @@ describe('keyStats', () => {
     await deadClaim(scope, 'a')
     const { engine } = engineOn(db)
     await engine.run({ scope, key: 'b', fingerprint }, async () => jsonResponse(201, '{}'))
-    await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '10 minutes' WHERE user_id = $1 AND key = 'b'`, [scope])
+    await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '10 minutes' WHERE scope = $1 AND key = 'b'`, [scope])
     const stats = await keyStats(target, { staleAfterMs: STALE })
     expect(stats.counts.stuck - before.counts.stuck).toBe(1)
     expect(stats.counts.completed - before.counts.completed).toBe(1)

@@ -93,7 +93,7 @@ describe('oncely/metrics', () => {
     const { engine } = engineOn(db, { staleAfterMs: 60_000 })
     const fingerprint = fingerprintRequest({ method: 'POST', route: '/r', body: null })
     const hung = await engine.begin({ scope: 'm', key: 'hung', fingerprint })
-    await db.pool.query(`UPDATE ${keyTable(db)} SET created_at = now() - interval '2 hours' WHERE user_id = 'm' AND key = 'hung'`)
+    await db.pool.query(`UPDATE ${keyTable(db)} SET created_at = now() - interval '2 hours' WHERE scope = 'm' AND key = 'hung'`)
     await deadClaim(db, { scope: 'm', key: 'dead', fingerprint, suspend: true })
     const metrics = createMetrics({ database: { pool: db.pool, schema: db.schema }, staleAfterMs: 60_000, log: captureLog().log })
     expect(await sample(metrics, 'oncely_running_claims', { state: 'held' })).toBe(1)

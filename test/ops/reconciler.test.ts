@@ -72,8 +72,8 @@ describe('reconcileStuckClaims', () => {
     const scope = newScope()
     await deadClaim(scope, 'old')
     await deadClaim(scope, 'young')
-    await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 minute' WHERE user_id = $1 AND key = 'old'`, [scope])
-    const expiresAt = async () => (await db.pool.query<{ e: string }>(`SELECT expires_at::text AS e FROM ${keyTable(db)} WHERE user_id = $1 AND key = 'young'`, [scope])).rows[0]?.e
+    await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 minute' WHERE scope = $1 AND key = 'old'`, [scope])
+    const expiresAt = async () => (await db.pool.query<{ e: string }>(`SELECT expires_at::text AS e FROM ${keyTable(db)} WHERE scope = $1 AND key = 'young'`, [scope])).rows[0]?.e
     const before = await expiresAt()
     const reports = await reconcile(async () => {})
     expect(Object.fromEntries(reports.filter((r) => r.scope === scope).map((r) => [r.key, r.decision]))).toEqual({ old: 'expired', young: 'unresolved' })

@@ -80,7 +80,7 @@ describe('the engine publishes its events on node:diagnostics_channel by itself'
       await deadClaim(db, { scope: 'u', key: 'stuck', fingerprint })
       await reconcileStuckClaims({ engine, database: { pool: db.pool, schema: db.schema }, hook: async () => {}, olderThanMs: 60_000, log: () => {} })
       await releaseKey({ pool: db.pool, schema: db.schema }, { scope: 'u', key: 'stuck', force: true, staleAfterMs: 60_000, log: () => {} })
-      await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 second' WHERE user_id = 'u' AND key = 'lost'`)
+      await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 second' WHERE scope = 'u' AND key = 'lost'`)
       await sweepExpiredKeys(store, { batchSize: 10 })
     })
     expect(events.map((e) => e.event)).toEqual(['claimed', 'taken-over', 'lock-lost', 'completed', 'reconciled', 'released', 'swept'])

@@ -75,7 +75,7 @@ describe.skipIf(!availability.run)('withRedisCache', () => {
     expect((await begin(engine, key)).kind).toBe('replay')
     expect(counter.statements).toEqual([])
     expect((await engine.inspect({ scope: 'u1', key }))?.state).toBe('completed')
-    await db.pool.query(`DELETE FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`, [key])
+    await db.pool.query(`DELETE FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`, [key])
     counter.reset()
     expect(await engine.inspect({ scope: 'u1', key })).toBeNull()
     expect(counter.roundTrips()).toBe(1)
@@ -138,7 +138,7 @@ describe.skipIf(!availability.run)('withRedisCache', () => {
     if (owner.kind !== 'execute') throw new Error(owner.kind)
     expect((await begin(engine, lost)).kind).toBe('conflict')
     // Another worker's token now holds the row: this owner's flight rolls back.
-    await db.pool.query(`UPDATE ${keyTable(db)} SET lock_token = gen_random_uuid() WHERE user_id = 'u1' AND key = $1`, [lost])
+    await db.pool.query(`UPDATE ${keyTable(db)} SET fence_token = gen_random_uuid() WHERE scope = 'u1' AND key = $1`, [lost])
     await expect(owner.execution.complete(response, { statements: [] })).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
     // Still running under the other token: the in-flight answer is PostgreSQL's too.
     expect([(await begin(engine, lost)).kind, await truth(lost)]).toEqual(['conflict', 'conflict'])

@@ -33,7 +33,7 @@ describe('the reference service, encrypted at rest', () => {
     expect(again.headers.get('idempotent-replayed')).toBe('true')
     expect(again.text).toBe(first.text)
     expect(await providerCharges(provider.url, user)).toHaveLength(1)
-    const { rows } = await db.pool.query<{ body: Buffer; phases: unknown }>(`SELECT response_body AS body, phase_data AS phases FROM ${keyTable(db)} WHERE user_id = $1 AND key = 'enc-1'`, [user])
+    const { rows } = await db.pool.query<{ body: Buffer; phases: unknown }>(`SELECT response_body AS body, step_results AS phases FROM ${keyTable(db)} WHERE scope = $1 AND key = 'enc-1'`, [user])
     expect(rows).toHaveLength(1)
     expect(rows[0]?.body.includes('cus_enc_secret')).toBe(false)
     expect(JSON.stringify(rows[0]?.phases)).not.toContain('cus_enc_secret')

@@ -13,7 +13,7 @@ afterAll(async () => {
 })
 
 describe('loadMigrations', () => {
-  it('lists the shipped files in order, named as the migrations table records them (no .sql), numbered by their prefix, none breaking yet', async () => {
+  it('lists the shipped files in order, named as the migrations table records them (no .sql), numbered by their prefix, 007 the first breaking one', async () => {
     const migrations = await loadMigrations('oncely')
     expect(migrations.map(({ id, name, breaking }) => ({ id, name, breaking }))).toEqual([
       { id: 1, name: '001_idempotency_key', breaking: false },
@@ -22,6 +22,7 @@ describe('loadMigrations', () => {
       { id: 4, name: '004_claim_stale_threshold', breaking: false },
       { id: 5, name: '005_fence_lost_error', breaking: false },
       { id: 6, name: '006_claim_awaited', breaking: false },
+      { id: 7, name: '007_one_name_per_concept', breaking: true },
     ])
   })
 })

@@ -138,7 +138,7 @@ describe('checkSchema', () => {
     await db.pool.query(`INSERT INTO drifted.migrations (id, name) VALUES (905, '905_future')`)
     await db.pool.query(`ALTER TABLE drifted.idempotency_key DROP COLUMN recovery_point`)
     await db.pool.query(`ALTER TABLE drifted.idempotency_key ADD COLUMN extra text`)
-    await db.pool.query(`ALTER TABLE drifted.idempotency_key ALTER COLUMN phase_data DROP NOT NULL`)
+    await db.pool.query(`ALTER TABLE drifted.idempotency_key ALTER COLUMN step_results DROP NOT NULL`)
     await db.pool.query(`DROP INDEX drifted.idempotency_key_expires_at`)
     await db.pool.query(`CREATE INDEX extra_index ON drifted.idempotency_key (extra)`)
     await db.pool.query(`ALTER TABLE drifted.idempotency_key DROP CONSTRAINT idempotency_key_final_has_response`)
@@ -151,7 +151,7 @@ describe('checkSchema', () => {
         'unknown-migration: migration 905_future was applied by a newer oncely',
         expect.stringMatching(/^missing: column idempotency_key\.recovery_point is missing \(expected text null default none\)$/),
         expect.stringMatching(/^unexpected: column idempotency_key\.extra is not part of oncely's schema \(text null default none\)$/),
-        "different: column idempotency_key.phase_data is jsonb null default '{}'::jsonb, expected jsonb not null default '{}'::jsonb",
+        "different: column idempotency_key.step_results is jsonb null default '{}'::jsonb, expected jsonb not null default '{}'::jsonb",
         expect.stringMatching(/^missing: index idempotency_key: idempotency_key_expires_at is missing \(expected CREATE INDEX/),
         expect.stringMatching(/^unexpected: index idempotency_key: extra_index is not part of oncely's schema \(CREATE INDEX/),
         expect.stringMatching(/^missing: constraint idempotency_key: idempotency_key_final_has_response is missing \(expected CHECK/),
@@ -159,9 +159,9 @@ describe('checkSchema', () => {
     )
     // PostgreSQL 18 keeps NOT NULL as a catalog constraint too: dropping it is then also named as
     // a missing constraint. Nothing else may be reported.
-    const others = details.filter((detail) => !/^(pending-migration|unknown-migration): /.test(detail) && !/recovery_point|\.extra |extra_index|phase_data|idempotency_key_expires_at|idempotency_key_final_has_response/.test(detail))
+    const others = details.filter((detail) => !/^(pending-migration|unknown-migration): /.test(detail) && !/recovery_point|\.extra |extra_index|step_results|idempotency_key_expires_at|idempotency_key_final_has_response/.test(detail))
     expect(others).toEqual([])
-    const notNull = details.filter((detail) => /^missing: constraint idempotency_key: \S*phase_data\S*not_null\b/.test(detail))
+    const notNull = details.filter((detail) => /^missing: constraint idempotency_key: \S*step_results\S*not_null\b/.test(detail))
     expect(details).toHaveLength(8 + notNull.length)
     expect(notNull.length).toBeLessThanOrEqual(1)
   })

@@ -22,6 +22,6 @@ describe('the databases these tests ran on', () => {
   })
 
   it('hold the key table hash-partitioned by scope into 4', async () => {
-    expect(await readKeyTableLayout(db.pool, db.schema)).toEqual({ kind: 'partitioned', partitionKey: 'HASH (user_id)', partitions: 4 })
+    expect(await readKeyTableLayout(db.pool, db.schema)).toEqual({ kind: 'partitioned', partitionKey: 'HASH (scope)', partitions: 4 })
   })
 })

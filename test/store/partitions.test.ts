@@ -9,7 +9,8 @@ import { DEFAULT_LOCK_TIMEOUT_MS } from '../../src/store/postgres/store.js'
 import { createTestDatabase, partitionTestDatabases, type TestDatabase } from '../helpers/db.js'
 import { keyTable, storeClaim } from '../helpers/engine.js'
 
-// `migrate({ partitions })` (issue 24, point 6): the key table created PARTITION BY HASH (user_id),
+// `migrate({ partitions })` (issue 24, point 6): the key table created PARTITION BY HASH (user_id)
+// (migration 007 renames the column scope),
 // refused on a schema laid out otherwise, recognised by `checkSchema`, and each scoped statement
 // planned on one partition. The engine's path on such a table: partitioned-engine.test.ts.
 
@@ -28,12 +29,12 @@ const layoutOf = (schema: string) => readKeyTableLayout(db.pool, schema)
 
 describe('migrate({ partitions })', () => {
   it('creates the key table hash-partitioned by scope, and a row lands in the partition of its scope', async () => {
-    expect(await layoutOf(db.schema)).toEqual({ kind: 'partitioned', partitionKey: 'HASH (user_id)', partitions: PARTITIONS })
+    expect(await layoutOf(db.schema)).toEqual({ kind: 'partitioned', partitionKey: 'HASH (scope)', partitions: PARTITIONS })
     const store = createPostgresStore({ pool: db.pool, schema: db.schema })
     const scopes = Array.from({ length: 16 }, (_, i) => `user-${i}`)
     for (const scope of scopes) await storeClaim(store, { scope, key: 'k', fingerprint })
     const { rows } = await db.pool.query<{ partition: string; n: number }>(
-      `SELECT c.relname AS partition, count(*)::integer AS n FROM ${keyTable(db)} k JOIN pg_class c ON c.oid = k.tableoid WHERE k.user_id = ANY($1) GROUP BY c.relname`,
+      `SELECT c.relname AS partition, count(*)::integer AS n FROM ${keyTable(db)} k JOIN pg_class c ON c.oid = k.tableoid WHERE k.scope = ANY($1) GROUP BY c.relname`,
       [scopes],
     )
     // Sixteen scopes hash to more than one of the four partitions, none to the parent.
@@ -50,7 +51,7 @@ describe('migrate({ partitions })', () => {
   it('with another number of partitions: refused, saying what the table holds, and nothing changes', async () => {
     await expect(migrate({ pool: db.pool, schema: db.schema, partitions: 8 })).rejects.toMatchObject({
       code: 'ONCELY_MIGRATION_FAILED',
-      message: expect.stringContaining(`is already partitioned by HASH (user_id) into ${PARTITIONS} partitions, not HASH (user_id) into 8`) as unknown,
+      message: expect.stringContaining(`is already partitioned by HASH (scope) into ${PARTITIONS} partitions, not HASH (scope) into 8`) as unknown,
     })
     expect(await layoutOf(db.schema)).toMatchObject({ partitions: PARTITIONS })
   })
@@ -113,7 +114,7 @@ describe('the scoped statements are planned on one partition', () => {
     const scope = `prune-${randomUUID().slice(0, 8)}`
     const claim = await storeClaim(store, { scope, key: 'k', fingerprint })
     if (claim.kind !== 'claimed') throw new Error('the key was not free')
-    const { rows } = await db.pool.query<{ partition: string }>(`SELECT c.relname AS partition FROM ${keyTable(db)} k JOIN pg_class c ON c.oid = k.tableoid WHERE k.user_id = $1`, [scope])
+    const { rows } = await db.pool.query<{ partition: string }>(`SELECT c.relname AS partition FROM ${keyTable(db)} k JOIN pg_class c ON c.oid = k.tableoid WHERE k.scope = $1`, [scope])
     const home = rows[0]?.partition
     expect(home).toMatch(/^idempotency_key_p\d$/)
     const token = claim.claim.fenceToken

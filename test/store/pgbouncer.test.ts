@@ -76,7 +76,7 @@ describe.runIf(runs)('behind PgBouncer in transaction mode', () => {
         await tx.query({ text: 'INSERT INTO charges (id, user_id) VALUES ($1, $2)', values: ['ch_bounce_2', 'ub'] })
       },
     })
-    const { rows } = await db.pool.query<{ status: string; interrupted: boolean }>(`SELECT status, interrupted FROM ${keyTable(db)} WHERE user_id = 'ub' AND key = 'bounce-2'`)
+    const { rows } = await db.pool.query<{ status: string; interrupted: boolean }>(`SELECT status, interrupted FROM ${keyTable(db)} WHERE scope = 'ub' AND key = 'bounce-2'`)
     expect(rows).toEqual([{ status: 'completed', interrupted: true }])
   })
 

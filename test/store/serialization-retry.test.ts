@@ -57,7 +57,7 @@ describe('SQLSTATE 40001 is retried where the statement is safe to retry', () =>
     try {
       await holder.query('BEGIN ISOLATION LEVEL SERIALIZABLE')
       await holder.query(
-        `INSERT INTO ${keyTable(db)} (user_id, key, request_hash, status, claim_id, lock_token, response_status, response_headers, response_body, expires_at)
+        `INSERT INTO ${keyTable(db)} (scope, key, fingerprint, status, claim_id, fence_token, response_status, response_headers, response_body, expires_at)
          VALUES ('u40001', 'k1', 'fp', 'completed', $1, $2, 201, '[["content-type","application/json"]]', $3, now() + interval '1 day')`,
         [randomUUID(), randomUUID(), Buffer.from(body)],
       )

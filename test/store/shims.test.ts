@@ -133,7 +133,7 @@ describe.each(Object.keys(libraries))('completion inside a %s transaction', (lib
     await expect(run(`${library}-2`, decision.execution, true)).rejects.toBeInstanceOf(Rollback)
     await close()
     expect(await orderExists(`${library}-2`)).toBe(false)
-    const { rows } = await db.pool.query<{ status: string }>(`SELECT status FROM ${keyTable(db)} WHERE user_id = 'u1' AND key = $1`, [key])
+    const { rows } = await db.pool.query<{ status: string }>(`SELECT status FROM ${keyTable(db)} WHERE scope = 'u1' AND key = $1`, [key])
     expect(rows[0]?.status).toBe('in_progress')
   })
 })

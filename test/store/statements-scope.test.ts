@@ -3,10 +3,10 @@ import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
 
 // Issue 24, point 6 (docs/scale-out.md): every statement of the store can be routed to one shard
-// by its scope, so the tables can be distributed by `user_id` (Citus) or hash-partitioned by it.
+// by its scope, so the tables can be distributed by `scope` (Citus) or hash-partitioned by it.
 // Every statement of every src/store/postgres/statements*.ts module (found by listing the
 // folder, so a new module is read too) and the reference service's business statements must
-// filter by `user_id = $n` at the top level of a WHERE, or insert `user_id` from a bound value.
+// filter by `scope = $n` at the top level of a WHERE, or insert `scope` from a bound value.
 // The few that are cross-scope by nature are listed below with their reason: a new statement
 // that forgets the scope fails here.
 
@@ -112,22 +112,23 @@ function textOf(statement: unknown): string {
 }
 
 /**
- * Routed by its scope: `user_id = $n` as a conjunct of a WHERE (after WHERE or AND, not inside an
- * OR), or an INSERT whose `user_id` column takes a bound value.
+ * Routed by its scope: `scope = $n` as a conjunct of a WHERE (after WHERE or AND, not inside an
+ * OR), or an INSERT whose `scope` column takes a bound value. `column` names the scope's column:
+ * `scope` in oncely's key table, `user_id` in the reference service's own tables.
  */
-function routedByScope(text: string): boolean {
+function routedByScope(text: string, column = 'scope'): boolean {
   const sql = text.replace(/\s+/g, ' ')
-  if (/\b(?:WHERE|AND) (?:\w+\.)?user_id = \$\d+\b/i.test(sql)) return true
+  if (new RegExp(`\\b(?:WHERE|AND) (?:\\w+\\.)?${column} = \\$\\d+\\b`, 'i').test(sql)) return true
   const insert = /INSERT INTO \S+(?: AS \w+)? \(([^)]*)\) (?:VALUES \(|SELECT )([^)]*?)(?:\)|\bFROM\b|\bWHERE\b|$)/i.exec(sql)
   if (insert === null) return false
   const columns = insert[1]!.split(',').map((column) => column.trim())
   const values = insert[2]!.split(',').map((value) => value.trim())
-  const at = columns.indexOf('user_id')
+  const at = columns.indexOf(column)
   return at >= 0 && /^\$\d+$/.test(values[at] ?? '')
 }
 
 describe('every statement is routable by scope (issue 24, point 6)', () => {
-  it('each store statement filters user_id = $n, or is listed as cross-scope with its reason', async () => {
+  it('each store statement filters scope = $n, or is listed as cross-scope with its reason', async () => {
     const statements = await allStatements()
     // The modules were read: the claim, the sweeper and an outbox statement are among them.
     expect([...statements.keys()]).toEqual(expect.arrayContaining(['statements.claim', 'statements.sweepExpired', 'outbox.claimHeads', 'ops.inspectKey']))
@@ -146,19 +147,19 @@ describe('every statement is routable by scope (issue 24, point 6)', () => {
 
   it("the reference service's business statements are routed by the charge's user", async () => {
     const sql = await import('../../src/reference-service/sql.js')
-    expect(routedByScope(sql.INSERT_CHARGE)).toBe(true)
-    expect(routedByScope(sql.SELECT_CHARGE)).toBe(true)
+    expect(routedByScope(sql.INSERT_CHARGE, 'user_id')).toBe(true)
+    expect(routedByScope(sql.SELECT_CHARGE, 'user_id')).toBe(true)
   })
 
   it('tells routed from unrouted text', () => {
-    expect(routedByScope('SELECT 1 FROM t WHERE user_id = $1 AND key = $2')).toBe(true)
-    expect(routedByScope('SELECT 1 FROM t k WHERE k.key = $2 AND k.user_id = $1')).toBe(true)
-    expect(routedByScope('SELECT 1 FROM t WHERE ($2::text IS NULL OR user_id = $2)')).toBe(false)
+    expect(routedByScope('SELECT 1 FROM t WHERE scope = $1 AND key = $2')).toBe(true)
+    expect(routedByScope('SELECT 1 FROM t k WHERE k.key = $2 AND k.scope = $1')).toBe(true)
+    expect(routedByScope('SELECT 1 FROM t WHERE ($2::text IS NULL OR scope = $2)')).toBe(false)
     expect(routedByScope('SELECT 1 FROM t WHERE key = $1')).toBe(false)
-    expect(routedByScope("SELECT 1 FROM t WHERE user_id = 'x'")).toBe(false)
-    expect(routedByScope('INSERT INTO t (id, user_id) VALUES ($1, $2)')).toBe(true)
-    expect(routedByScope("INSERT INTO t (id, user_id) VALUES ($1, 'x')")).toBe(false)
-    expect(routedByScope('INSERT INTO t AS k (user_id, key) SELECT $1, $2 WHERE true')).toBe(true)
+    expect(routedByScope("SELECT 1 FROM t WHERE scope = 'x'")).toBe(false)
+    expect(routedByScope('INSERT INTO t (id, scope) VALUES ($1, $2)')).toBe(true)
+    expect(routedByScope("INSERT INTO t (id, scope) VALUES ($1, 'x')")).toBe(false)
+    expect(routedByScope('INSERT INTO t AS k (scope, key) SELECT $1, $2 WHERE true')).toBe(true)
   })
 
   it('no statement leaves session state behind, so a transaction-mode pooler may hand each transaction another server connection', async () => {
@@ -185,6 +186,7 @@ describe('every statement is routable by scope (issue 24, point 6)', () => {
     const ddl = (await Promise.all(files.map((file) => readFile(`${migrationsFolder}${file}`, 'utf8')))).join('\n')
     const tables = [...ddl.matchAll(/CREATE TABLE (\S+) \(([\s\S]*?)\n\);/g)]
     expect(tables.length).toBeGreaterThan(0)
+    // Created `user_id`, the scope's column until migration 007 renamed it `scope`.
     const scoped = tables.filter(([, , body]) => /^\s*user_id\s/m.test(body!))
     expect(scoped.map(([, name]) => name)).toContain('{{schema}}.idempotency_key')
     for (const [, name, body] of scoped) expect({ name, primaryKey: /PRIMARY KEY \((\w+)/.exec(body!)?.[1] }).toEqual({ name, primaryKey: 'user_id' })

@@ -77,7 +77,7 @@ describe('the claim loop (store.claim)', () => {
     try {
       await locker.query('BEGIN')
       await locker.query(
-        `INSERT INTO ${table()} (user_id, key, request_hash, status, claim_id, lock_token, locked_at, expires_at)
+        `INSERT INTO ${table()} (scope, key, fingerprint, status, claim_id, fence_token, locked_at, expires_at)
          VALUES ($1, $2, $3, 'in_progress', $4::uuid, $5::uuid, now(), now() + interval '1 day')`,
         [scope, key, fingerprint, theirs, randomUUID()],
       )
@@ -105,7 +105,7 @@ describe('the claim loop (store.claim)', () => {
     // A BEFORE INSERT trigger that drops this scope's rows: every round inserts nothing and finds nothing.
     await db.pool.query(
       `CREATE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $$
-       BEGIN IF NEW.user_id = '${scope}' THEN RETURN NULL; END IF; RETURN NEW; END $$`,
+       BEGIN IF NEW.scope = '${scope}' THEN RETURN NULL; END IF; RETURN NEW; END $$`,
     )
     await db.pool.query(`CREATE TRIGGER ${trigger} BEFORE INSERT ON ${table()} FOR EACH ROW EXECUTE FUNCTION ${fn}()`)
     try {
@@ -145,7 +145,7 @@ describe('the claim loop (store.claim)', () => {
       expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
       expect((error as Error).message).toBe(`the claim of key ${JSON.stringify(key)} waited longer than lockTimeoutMs (${lockTimeoutMs}) for a lock`)
       expect(watched.claims()).toBe(1)
-      const { rows } = await db.pool.query(`SELECT 1 FROM ${table()} WHERE user_id = $1 AND key = $2`, [scope, key])
+      const { rows } = await db.pool.query(`SELECT 1 FROM ${table()} WHERE scope = $1 AND key = $2`, [scope, key])
       expect(rows).toEqual([])
     } finally {
       await locker.query('ROLLBACK').catch(() => undefined)
@@ -220,7 +220,7 @@ describe('the client-side timeout: the store’s own statements, never the calle
     const locker = await db.pool.connect()
     try {
       await locker.query('BEGIN')
-      await locker.query(`SELECT 1 FROM ${table()} WHERE user_id = $1 AND key = $2 FOR UPDATE`, [scope, key])
+      await locker.query(`SELECT 1 FROM ${table()} WHERE scope = $1 AND key = $2 FOR UPDATE`, [scope, key])
       const error = await store.renewLease({ scope, key, fenceToken: claimed.claim.fenceToken }, 60_000).then(
         () => undefined,
         (e: unknown) => e,
@@ -252,7 +252,7 @@ describe('the client-side timeout: the store’s own statements, never the calle
     let broken: Error | undefined
     try {
       await locker.query('BEGIN')
-      await locker.query(`SELECT 1 FROM ${table()} WHERE user_id = $1 AND key = $2 FOR UPDATE`, [scope, key])
+      await locker.query(`SELECT 1 FROM ${table()} WHERE scope = $1 AND key = $2 FOR UPDATE`, [scope, key])
       await caller.query('BEGIN')
       const startedAt = performance.now()
       const outcome = { status: 'completed' as const, response: { status: 200, headers: [], body: Buffer.from('{}') } }
@@ -305,8 +305,8 @@ describe('the values of the fenced and counting statements', () => {
     const dayAgo = randomUUID()
     for (const key of [hourAgo, dayAgo, randomUUID()]) await storeClaim(store, { scope, key, fingerprint })
     const before = { hour: await store.countClaimsOlderThan(3_000_000), day: await store.countClaimsOlderThan(80_000_000) }
-    await db.pool.query(`UPDATE ${table()} SET created_at = now() - interval '1 hour 10 minutes' WHERE user_id = $1 AND key = $2`, [scope, hourAgo])
-    await db.pool.query(`UPDATE ${table()} SET created_at = now() - interval '1 day 1 hour' WHERE user_id = $1 AND key = $2`, [scope, dayAgo])
+    await db.pool.query(`UPDATE ${table()} SET created_at = now() - interval '1 hour 10 minutes' WHERE scope = $1 AND key = $2`, [scope, hourAgo])
+    await db.pool.query(`UPDATE ${table()} SET created_at = now() - interval '1 day 1 hour' WHERE scope = $1 AND key = $2`, [scope, dayAgo])
     // Over 50 minutes: both aged claims; over 22 hours: only the day-old one.
     expect(await store.countClaimsOlderThan(3_000_000)).toBe(before.hour + 2)
     expect(await store.countClaimsOlderThan(80_000_000)).toBe(before.day + 1)

@@ -80,10 +80,10 @@ describe('the sweep and the stale count', () => {
     const expired = [await settled(), await settled(), await settled()]
     const fresh = await settled()
     const running = (await claimed(store, scope)).key
-    await db.pool.query(`UPDATE ${table()} SET expires_at = now() - interval '1 hour' WHERE user_id = $1 AND key = ANY($2)`, [scope, [...expired, running]])
+    await db.pool.query(`UPDATE ${table()} SET expires_at = now() - interval '1 hour' WHERE scope = $1 AND key = ANY($2)`, [scope, [...expired, running]])
     // This file's database holds no other expired settled key: a batch of two, then the last, then none.
     expect([await store.sweepExpired(2), await store.sweepExpired(2), await store.sweepExpired(2)]).toEqual([2, 1, 0])
-    const { rows } = await db.pool.query<{ key: string }>(`SELECT key FROM ${table()} WHERE user_id = $1`, [scope])
+    const { rows } = await db.pool.query<{ key: string }>(`SELECT key FROM ${table()} WHERE scope = $1`, [scope])
     expect(rows.map((row) => row.key).sort()).toEqual([fresh, running].sort())
   })
 
@@ -93,7 +93,7 @@ describe('the sweep and the stale count', () => {
     const stale = randomUUID()
     for (const key of [stale, randomUUID()]) await storeClaim(store, { scope, key, fingerprint })
     const before = await store.countStaleClaims(3_000_000)
-    await db.pool.query(`UPDATE ${table()} SET locked_at = now() - interval '1 hour' WHERE user_id = $1 AND key = $2`, [scope, stale])
+    await db.pool.query(`UPDATE ${table()} SET locked_at = now() - interval '1 hour' WHERE scope = $1 AND key = $2`, [scope, stale])
     expect(await store.countStaleClaims(3_000_000)).toBe(before + 1)
   })
 })

@@ -13,7 +13,7 @@ Applies oncely's numbered migrations, each in its own transaction under an advis
 safe to run twice, and from many processes at once.
 
   --dry-run            print the SQL that migrate would run on an empty database, and exit
-  --partitions N       create the key table PARTITION BY HASH (user_id) into N partitions
+  --partitions N       create the key table PARTITION BY HASH (scope) into N partitions
                        (2 to ${MAX_PARTITIONS}); only on a fresh schema: a schema partitioned the same
                        way is current, any other fails with nothing changed (docs/scale-out.md)
 ${DATABASE_HELP}

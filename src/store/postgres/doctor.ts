@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import type { PoolLike, Queryable } from './executor.js'
 import { withTransaction } from './statement-runner.js'
 import { loadMigrations } from './migrate.js'
-import { MAX_PARTITIONS, PARTITION_KEY, readKeyTableLayout } from './partitions.js'
+import { isScopePartitionKey, MAX_PARTITIONS, PARTITION_KEY, readKeyTableLayout } from './partitions.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 import {
   APPLIED_MIGRATIONS,
@@ -66,7 +66,7 @@ export async function checkSchema(options: { pool: PoolLike; schema?: string }):
 
   const live = await catalog(options.pool, schema)
   const layout = await readKeyTableLayout(options.pool, schema)
-  if (layout.kind === 'partitioned' && layout.partitionKey !== PARTITION_KEY) {
+  if (layout.kind === 'partitioned' && !isScopePartitionKey(layout.partitionKey)) {
     problems.push({ kind: 'different', detail: `table idempotency_key is partitioned by ${layout.partitionKey}, expected ${PARTITION_KEY} or not partitioned` })
   }
   const scratch = `oncely_doctor_${randomBytes(6).toString('hex')}`

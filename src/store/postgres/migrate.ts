@@ -38,7 +38,7 @@ export interface MigrateOptions {
   /** How long `migrate` keeps trying before it throws `ONCELY_MIGRATION_LOCKED`. (Default: 60000) */
   timeoutMs?: number
   /**
-   * Creates the key table `PARTITION BY HASH (user_id)` into this many partitions (2 to 1024), when
+   * Creates the key table `PARTITION BY HASH (scope)` into this many partitions (2 to 1024), when
    * this call creates the schema. On a schema partitioned the same way, a no-op; on one that is not
    * partitioned, or is partitioned differently, `ONCELY_MIGRATION_FAILED` and nothing changes
    * (docs/scale-out.md, "Hash partitions by scope"). (Default: none; a plain table)

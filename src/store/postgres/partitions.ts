@@ -6,7 +6,8 @@ import { CREATE_KEY_TABLE_PARTITIONS, KEY_TABLE_LAYOUT, type KeyTableLayoutRow }
 /**
  * Native hash partitioning of the key table by scope (issue 24, point 6; docs/scale-out.md,
  * "Hash partitions by scope"). Only a fresh schema is created partitioned: migration 001 is applied
- * with `PARTITION BY HASH (user_id)` and its partitions in the same transaction. Converting a
+ * with `PARTITION BY HASH (user_id)` (the column's name until migration 007 renames it `scope`)
+ * and its partitions in the same transaction. Converting a
  * table that already holds keys is refused, not attempted: it would move every row under a lock
  * the running services wait on.
  */
@@ -14,8 +15,16 @@ import { CREATE_KEY_TABLE_PARTITIONS, KEY_TABLE_LAYOUT, type KeyTableLayoutRow }
 /** More partitions than this cost the planner more than they save on one table. */
 export const MAX_PARTITIONS = 1024
 
-/** The partition key `migrate({ partitions })` creates, as `pg_get_partkeydef` prints it. */
-export const PARTITION_KEY = 'HASH (user_id)'
+/** The partition key `migrate({ partitions })` creates, as `pg_get_partkeydef` prints it once migration 007 has renamed the column. */
+export const PARTITION_KEY = 'HASH (scope)'
+
+/** The same key as migration 001 names it, and as a schema partitioned before migration 007 prints it. */
+const PARTITION_KEY_BEFORE_007 = 'HASH (user_id)'
+
+/** Whether `definition` (`pg_get_partkeydef`) is the hash of the scope, under either of the column's names. */
+export function isScopePartitionKey(definition: string): boolean {
+  return definition === PARTITION_KEY || definition === PARTITION_KEY_BEFORE_007
+}
 
 /** Where migration 001 opens the key table's definition (whatever the schema's name). */
 const KEY_TABLE_CREATE = /^CREATE TABLE .+\.idempotency_key \($/m
@@ -35,7 +44,7 @@ export function resolvePartitions(value: unknown): number | undefined {
 
 /**
  * Migration 001's SQL with the key table created partitioned. Every unique constraint of the
- * migrations on it is the primary key `(user_id, key)`, which holds the partition key, as
+ * migrations on it is the primary key `(scope, key)`, which holds the partition key, as
  * PostgreSQL requires; its other indexes (on `expires_at`, on `locked_at`) and checks are made
  * on each partition; later migrations only add columns and a function, which partitions follow.
  * The file itself is never edited (docs/conventions.md, "Migrations"), so the text it is matched
@@ -45,7 +54,7 @@ export function partitionKeyTable(sql: string, quotedSchema: string, partitions:
   const create = KEY_TABLE_CREATE.exec(sql)?.index ?? -1
   const end = create < 0 ? -1 : sql.indexOf('\n);\n', create)
   if (end < 0) throw new Error('migration 001 no longer creates idempotency_key as expected: partitioning cannot be applied to it')
-  const partitioned = `${sql.slice(0, end)}\n) PARTITION BY ${PARTITION_KEY};\n${sql.slice(end + '\n);\n'.length)}`
+  const partitioned = `${sql.slice(0, end)}\n) PARTITION BY ${PARTITION_KEY_BEFORE_007};\n${sql.slice(end + '\n);\n'.length)}`
   return `${partitioned.trimEnd()}\n\n-- Hash partitions by scope (migrate({ partitions: ${partitions} })).\n${CREATE_KEY_TABLE_PARTITIONS(quotedSchema, partitions)}\n`
 }
 
@@ -70,7 +79,7 @@ export function refuseRepartitioning(layout: KeyTableLayout, partitions: number,
       `${table} already exists and is not partitioned: partitions applies only when migrate creates the schema; converting a table that holds keys is not supported (docs/scale-out.md, "Hash partitions by scope")`,
     )
   }
-  if (layout.kind === 'partitioned' && (layout.partitionKey !== PARTITION_KEY || layout.partitions !== partitions)) {
+  if (layout.kind === 'partitioned' && (!isScopePartitionKey(layout.partitionKey) || layout.partitions !== partitions)) {
     throw new OncelyError(
       'ONCELY_MIGRATION_FAILED',
       `${table} is already partitioned by ${layout.partitionKey} into ${layout.partitions} partitions, not ${PARTITION_KEY} into ${partitions}: changing the partitioning is not supported; run migrate with partitions: ${layout.partitions}, or without it`,

@@ -54,12 +54,12 @@ export const KEY_TABLE_LAYOUT = `
 export interface KeyTableLayoutRow {
   /** `p`: partitioned; `r`: a plain table. */
   kind: string
-  /** `HASH (user_id)` for a table `migrate({ partitions })` created; null when not partitioned. */
+  /** `HASH (scope)` for a table `migrate({ partitions })` created; null when not partitioned. */
   partition_key: string | null
   partitions: number
 }
 
-/** The hash partitions of a key table created `PARTITION BY HASH (user_id)`: `idempotency_key_p0` to `_p<n-1>`. */
+/** The hash partitions of a key table created `PARTITION BY HASH (scope)`: `idempotency_key_p0` to `_p<n-1>`. */
 export const CREATE_KEY_TABLE_PARTITIONS = (quotedSchema: string, partitions = 0) =>
   Array.from(
     { length: partitions },

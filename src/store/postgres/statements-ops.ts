@@ -13,12 +13,11 @@ const ageMs = (column: string) => `(EXTRACT(EPOCH FROM (now() - ${column})) * 10
 
 /** One key as `listKeys` and `inspectKey` see it. */
 export interface KeyRow {
-  /** The column `user_id`, read as the engine names it (docs/conventions.md, Names). */
   scope: string
   key: string
   status: 'in_progress' | 'completed' | 'failed'
   claim_id: string
-  request_hash: string
+  fingerprint: string
   recovery_point: string | null
   /** A claim holds a fence token while an owner (live or dead) has it; NULL once suspended. */
   held: boolean
@@ -40,8 +39,8 @@ export interface KeyRow {
 
 /** `KeyRow` and what only the detail view needs. */
 export interface KeyDetailRow extends KeyRow {
-  lock_token: string | null
-  phase_data: Record<string, unknown>
+  fence_token: string | null
+  step_results: Record<string, unknown>
   response_headers: Array<[string, string]> | null
   response_body: Buffer | null
 }
@@ -72,7 +71,6 @@ export interface RunningClaimsRow {
 
 /** A claim the reconciler may settle: nobody renewed it for the threshold, or it was suspended. */
 export interface ReconcilableRow {
-  /** The column `user_id`, read as the engine names it (docs/conventions.md, Names). */
   scope: string
   key: string
   claim_id: string
@@ -95,11 +93,11 @@ export interface OpsStatements {
 /** Builds the operations statements for one schema. `schema` is an already-quoted identifier. */
 export function buildOpsStatements(schema: string): OpsStatements {
   const table = `${schema}.idempotency_key`
-  const columns = `k.user_id AS scope, k.key, k.status, k.claim_id::text, k.request_hash, k.recovery_point,
-         (k.status = 'in_progress' AND k.lock_token IS NOT NULL) AS held, k.locked_at::text, k.created_at::text, k.expires_at::text,
+  const columns = `k.scope, k.key, k.status, k.claim_id::text, k.fingerprint, k.recovery_point,
+         (k.status = 'in_progress' AND k.fence_token IS NOT NULL) AS held, k.locked_at::text, k.created_at::text, k.expires_at::text,
          CASE WHEN k.status = 'in_progress' THEN ${ageMs('k.locked_at')} END AS lease_age_ms,
          ${ageMs('k.created_at')} AS age_ms, k.expires_at <= now() AS expired,
-         k.status = 'in_progress' AND (k.lock_token IS NULL OR k.locked_at <= now() - ${ms('$1')}) AS stuck,
+         k.status = 'in_progress' AND (k.fence_token IS NULL OR k.locked_at <= now() - ${ms('$1')}) AS stuck,
          k.response_status, k.interrupted, k.outcome_error`
   return {
     // $1 stale ms, $2 user or NULL for every user, $3 only stuck claims, $4 limit. Stuck claims
@@ -107,34 +105,34 @@ export function buildOpsStatements(schema: string): OpsStatements {
     listKeys: `
       SELECT ${columns}
         FROM ${table} k
-       WHERE ($2::text IS NULL OR k.user_id = $2)
-         AND (NOT $3::boolean OR (k.status = 'in_progress' AND (k.lock_token IS NULL OR k.locked_at <= now() - ${ms('$1')})))
+       WHERE ($2::text IS NULL OR k.scope = $2)
+         AND (NOT $3::boolean OR (k.status = 'in_progress' AND (k.fence_token IS NULL OR k.locked_at <= now() - ${ms('$1')})))
        ORDER BY (k.status = 'in_progress') DESC, k.locked_at ASC NULLS LAST, k.created_at DESC
        LIMIT $4`,
     // $1 stale ms, $2 user, $3 key. Every query carries the user (DESIGN.md, "The record").
     inspectKey: `
-      SELECT ${columns}, k.lock_token::text, k.phase_data, k.response_headers, k.response_body
+      SELECT ${columns}, k.fence_token::text, k.step_results, k.response_headers, k.response_body
         FROM ${table} k
-       WHERE k.user_id = $2 AND k.key = $3`,
+       WHERE k.scope = $2 AND k.key = $3`,
     // Deletes exactly the state the operator was shown, or nothing: $1 user, $2 key, $3 claim id,
     // $4 token seen (NULL when suspended or settled), $5 locked_at seen as text, $6 status seen,
     // $7 stale ms. An in_progress claim is deleted only while its lease is still stale, so an
     // owner that renewed, or a retry that took it over meanwhile, keeps it (Invariant 4).
     releaseKey: `
       DELETE FROM ${table}
-       WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid
-         AND lock_token IS NOT DISTINCT FROM $4::uuid
+       WHERE scope = $1 AND key = $2 AND claim_id = $3::uuid
+         AND fence_token IS NOT DISTINCT FROM $4::uuid
          AND locked_at IS NOT DISTINCT FROM $5::timestamptz
          AND status = $6
-         AND (status <> 'in_progress' OR lock_token IS NULL OR locked_at <= now() - ${ms('$7')})
+         AND (status <> 'in_progress' OR fence_token IS NULL OR locked_at <= now() - ${ms('$7')})
       RETURNING claim_id::text`,
     // $1 stale ms, $2 the table's qualified name (`statsTableName`). One scan; the table's size
     // from the catalog.
     stats: `
       SELECT count(*) FILTER (WHERE status = 'in_progress')::integer AS in_progress,
-             count(*) FILTER (WHERE status = 'in_progress' AND lock_token IS NOT NULL)::integer AS held,
-             count(*) FILTER (WHERE status = 'in_progress' AND lock_token IS NULL)::integer AS suspended,
-             count(*) FILTER (WHERE status = 'in_progress' AND (lock_token IS NULL OR locked_at <= now() - ${ms('$1')}))::integer AS stuck,
+             count(*) FILTER (WHERE status = 'in_progress' AND fence_token IS NOT NULL)::integer AS held,
+             count(*) FILTER (WHERE status = 'in_progress' AND fence_token IS NULL)::integer AS suspended,
+             count(*) FILTER (WHERE status = 'in_progress' AND (fence_token IS NULL OR locked_at <= now() - ${ms('$1')}))::integer AS stuck,
              count(*) FILTER (WHERE status = 'completed')::integer AS completed,
              count(*) FILTER (WHERE status = 'failed')::integer AS failed,
              count(*) FILTER (WHERE expires_at <= now())::integer AS expired_unswept,
@@ -147,8 +145,8 @@ export function buildOpsStatements(schema: string): OpsStatements {
     // $1 stale ms. Running claims only, through the partial index on in_progress rows: a hung
     // handler keeps its lease fresh, so it shows by its age since creation.
     runningClaims: `
-      SELECT count(*) FILTER (WHERE lock_token IS NOT NULL)::integer AS held,
-             count(*) FILTER (WHERE lock_token IS NULL)::integer AS suspended,
+      SELECT count(*) FILTER (WHERE fence_token IS NOT NULL)::integer AS held,
+             count(*) FILTER (WHERE fence_token IS NULL)::integer AS suspended,
              count(*) FILTER (WHERE locked_at <= now() - ${ms('$1')})::integer AS stale_by_lease,
              count(*) FILTER (WHERE created_at <= now() - ${ms('$1')})::integer AS stale_by_creation,
              max(${ageMs('locked_at')}) AS oldest_lease_age_ms,
@@ -160,10 +158,10 @@ export function buildOpsStatements(schema: string): OpsStatements {
     // that follows is the compare-and-swap that decides (Invariant 4). Issue 22: a held claim
     // counts as stopped only past the stale threshold it was made under too, as the take-over checks.
     reconcilable: `
-      SELECT user_id AS scope, key, claim_id::text
+      SELECT scope, key, claim_id::text
         FROM ${table}
        WHERE status = 'in_progress'
-         AND locked_at <= now() - ${ms('CASE WHEN lock_token IS NULL THEN $1::bigint ELSE GREATEST($1::bigint, stale_after_ms) END')}
+         AND locked_at <= now() - ${ms('CASE WHEN fence_token IS NULL THEN $1::bigint ELSE GREATEST($1::bigint, stale_after_ms) END')}
        ORDER BY locked_at
        LIMIT $2`,
   }

@@ -9,11 +9,11 @@ import type { QueryConfig } from './executor.js'
 /** Columns of a key's row, as the claim and read statements return them. */
 export interface KeyRow {
   status: 'in_progress' | 'completed' | 'failed'
-  request_hash: string
+  fingerprint: string
   claim_id: string
-  lock_token: string | null
+  fence_token: string | null
   recovery_point: string | null
-  phase_data: Record<string, unknown>
+  step_results: Record<string, unknown>
   started_steps: string[]
   response_status: number | null
   response_headers: Array<[string, string]> | null
@@ -38,9 +38,9 @@ export interface ClaimRow extends KeyRow {
 /** What a take-over or a reclaim returns: the new holder's state. */
 export interface HeldRow {
   claim_id: string
-  lock_token: string
+  fence_token: string
   recovery_point: string | null
-  phase_data: Record<string, unknown>
+  step_results: Record<string, unknown>
   started_steps: string[]
   interrupted: boolean
 }
@@ -78,12 +78,12 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     text,
   })
   // The row's columns with its times measured in the database's clock, for a snapshot.
-  const snapshot = (k: string) => `${k}.status, ${k}.request_hash, ${k}.claim_id::text, ${k}.lock_token::text,
-      ${k}.recovery_point, ${k}.phase_data, ${k}.started_steps, ${k}.response_status, ${k}.response_headers,
+  const snapshot = (k: string) => `${k}.status, ${k}.fingerprint, ${k}.claim_id::text, ${k}.fence_token::text,
+      ${k}.recovery_point, ${k}.step_results, ${k}.started_steps, ${k}.response_status, ${k}.response_headers,
       ${k}.response_body, ${k}.interrupted, ${k}.outcome_error, ${k}.stale_after_ms::double precision AS stale_after_ms,
       ${millisSince(`${k}.created_at`)} AS age_ms, ${millisSince(`${k}.locked_at`)} AS lease_age_ms,
       -${millisSince(`${k}.expires_at`)} AS expires_in_ms`
-  const held = 'claim_id::text, lock_token::text, recovery_point, phase_data, started_steps, interrupted'
+  const held = 'claim_id::text, fence_token::text, recovery_point, step_results, started_steps, interrupted'
   // A write that waited longer than this for a lock does nothing: its caller has given up on
   // it (lockTimeoutMs), and must not find a claim it never got back. now() is the start of the
   // statement's own transaction, taken before the lock wait even when the wait is in Parse (a
@@ -103,20 +103,20 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     claim: named(
       'claim',
       `WITH inserted AS (
-        INSERT INTO ${table} AS k (user_id, key, request_hash, status, claim_id, lock_token, locked_at, expires_at, stale_after_ms)
+        INSERT INTO ${table} AS k (scope, key, fingerprint, status, claim_id, fence_token, locked_at, expires_at, stale_after_ms)
         SELECT $1, $2, $3, 'in_progress', $5::uuid, $6::uuid, now(), now() + ${ttl('$4')}, $8::bigint
          WHERE ${notLate('$7')}
-        ON CONFLICT (user_id, key) DO NOTHING
+        ON CONFLICT (scope, key) DO NOTHING
         RETURNING ${snapshot('k')}
       )
       SELECT 'claimed' AS outcome, * FROM inserted
       UNION ALL
       SELECT 'existing', ${snapshot('k')}
         FROM ${table} k
-       WHERE k.user_id = $1 AND k.key = $2 AND NOT EXISTS (SELECT 1 FROM inserted)`,
+       WHERE k.scope = $1 AND k.key = $2 AND NOT EXISTS (SELECT 1 FROM inserted)`,
     ),
     // $1 scope, $2 key.
-    readKey: named('read_key', `SELECT ${snapshot('k')} FROM ${table} k WHERE k.user_id = $1 AND k.key = $2`),
+    readKey: named('read_key', `SELECT ${snapshot('k')} FROM ${table} k WHERE k.scope = $1 AND k.key = $2`),
     // Invariant 4: one taker. A compare-and-swap on the claim and token the caller saw,
     // re-checking staleness: of all callers that saw the same snapshot, one matches; a lease
     // renewed meanwhile matches none. Invariant 11: whatever its age, the claim keeps its
@@ -128,11 +128,11 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     takeOver: named(
       'take_over',
       `UPDATE ${table}
-          SET lock_token = $6::uuid, locked_at = now(), interrupted = true, updated_at = now(),
+          SET fence_token = $6::uuid, locked_at = now(), interrupted = true, updated_at = now(),
               expires_at = GREATEST(expires_at, now() + ${ttl('$7')}), stale_after_ms = $5::bigint
-        WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress'
-          AND lock_token IS NOT DISTINCT FROM $4::uuid
-          AND (lock_token IS NULL OR locked_at <= now() - ${ttl('GREATEST($5::bigint, stale_after_ms)')})
+        WHERE scope = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress'
+          AND fence_token IS NOT DISTINCT FROM $4::uuid
+          AND (fence_token IS NULL OR locked_at <= now() - ${ttl('GREATEST($5::bigint, stale_after_ms)')})
           AND ${notLate('$8')}
       RETURNING ${held}`,
     ),
@@ -145,12 +145,12 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     reclaimExpired: named(
       'reclaim_expired',
       `UPDATE ${table}
-          SET request_hash = $4, status = 'in_progress', claim_id = $6::uuid, stale_after_ms = $9::bigint,
-              lock_token = $7::uuid, locked_at = now(), recovery_point = NULL,
-              phase_data = '{}'::jsonb, started_steps = '{}', interrupted = false, outcome_error = NULL, awaited = false,
+          SET fingerprint = $4, status = 'in_progress', claim_id = $6::uuid, stale_after_ms = $9::bigint,
+              fence_token = $7::uuid, locked_at = now(), recovery_point = NULL,
+              step_results = '{}'::jsonb, started_steps = '{}', interrupted = false, outcome_error = NULL, awaited = false,
               response_status = NULL, response_headers = NULL, response_body = NULL,
               created_at = now(), updated_at = now(), expires_at = now() + ${ttl('$5')}
-        WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status <> 'in_progress'
+        WHERE scope = $1 AND key = $2 AND claim_id = $3::uuid AND status <> 'in_progress'
           AND expires_at <= now() AND ${notLate('$8')}
       RETURNING ${held}`,
     ),
@@ -159,25 +159,25 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     commitPhase: named(
       'commit_phase',
       `UPDATE ${table}
-          SET recovery_point = $4, phase_data = phase_data || $6::jsonb || jsonb_build_object($4::text, $5::jsonb),
+          SET recovery_point = $4, step_results = step_results || $6::jsonb || jsonb_build_object($4::text, $5::jsonb),
               locked_at = now(), updated_at = now()
-        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
+        WHERE scope = $1 AND key = $2 AND fence_token = $3::uuid AND status = 'in_progress'`,
     ),
     // Issue 9: an at-most-once step is recorded before its function runs. $4 step; $5 the deferred
     // results it carries (issue 11) and $6 their last, the new recovery point (NULL: none).
     markStepStarted: named(
       'mark_step_started',
       `UPDATE ${table}
-          SET started_steps = array_append(started_steps, $4::text), phase_data = phase_data || $5::jsonb,
+          SET started_steps = array_append(started_steps, $4::text), step_results = step_results || $5::jsonb,
               recovery_point = COALESCE($6::text, recovery_point), locked_at = now(), updated_at = now()
-        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
+        WHERE scope = $1 AND key = $2 AND fence_token = $3::uuid AND status = 'in_progress'`,
     ),
     // $1 scope, $2 key, $3 token, $4 ttl ms: a live claim never expires under its owner.
     renewLease: named(
       'renew_lease',
       `UPDATE ${table}
           SET locked_at = now(), expires_at = GREATEST(expires_at, now() + ${ttl('$4')})
-        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'`,
+        WHERE scope = $1 AND key = $2 AND fence_token = $3::uuid AND status = 'in_progress'`,
     ),
     // $1 scope, $2 key, $3 token, $4 status, $5 response status, $6 headers JSON, $7 body bytes,
     // $8 the key channel. The token stays on the settled row (no fenced statement matches a settled
@@ -187,7 +187,7 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
       `UPDATE ${table}
           SET status = $4, response_status = $5, response_headers = $6::jsonb, response_body = $7,
               locked_at = NULL, outcome_error = NULL, updated_at = now()
-        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'
+        WHERE scope = $1 AND key = $2 AND fence_token = $3::uuid AND status = 'in_progress'
       ${wakeWaiters('$8')}`,
     ),
     // The same completion for a flight (BEGIN, this, the writes, COMMIT sent together, issue 11):
@@ -200,7 +200,7 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
          UPDATE ${table}
             SET status = $4, response_status = $5, response_headers = $6::jsonb, response_body = $7,
                 locked_at = NULL, outcome_error = NULL, updated_at = now()
-          WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'
+          WHERE scope = $1 AND key = $2 AND fence_token = $3::uuid AND status = 'in_progress'
          ${wakeWaiters('$8')}
        )
        SELECT CASE WHEN count(*) = 1 THEN true
@@ -212,7 +212,7 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     release: named(
       'release',
       `DELETE FROM ${table}
-        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress' AND NOT interrupted
+        WHERE scope = $1 AND key = $2 AND fence_token = $3::uuid AND status = 'in_progress' AND NOT interrupted
       ${wakeWaiters('$4')}`,
     ),
     // Keeps locked_at, so a suspended claim nobody retries still shows as stuck. $4 the error that
@@ -220,8 +220,8 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     suspend: named(
       'suspend',
       `UPDATE ${table}
-          SET lock_token = NULL, interrupted = true, outcome_error = $4, updated_at = now()
-        WHERE user_id = $1 AND key = $2 AND lock_token = $3::uuid AND status = 'in_progress'
+          SET fence_token = NULL, interrupted = true, outcome_error = $4, updated_at = now()
+        WHERE scope = $1 AND key = $2 AND fence_token = $3::uuid AND status = 'in_progress'
       ${wakeWaiters('$5')}`,
     ),
     // Issue 23: a waiting duplicate marks the claim it waits for, so its end notifies (above). Only
@@ -232,12 +232,12 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
       'await_claim',
       `WITH marked AS (
          UPDATE ${table} SET awaited = true
-          WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress' AND NOT awaited
+          WHERE scope = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress' AND NOT awaited
          RETURNING 1
        )
        SELECT EXISTS (SELECT 1 FROM marked)
            OR EXISTS (SELECT 1 FROM ${table}
-                       WHERE user_id = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress' AND awaited) AS marked`,
+                       WHERE scope = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress' AND awaited) AS marked`,
     ),
     // Invariant 9: a small batch, skipping rows another transaction holds, and the expiry checked
     // again on the locked row so a key being reclaimed is never deleted. Invariant 11: only
@@ -245,14 +245,14 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     sweepExpired: named(
       'sweep_expired',
       `WITH batch AS (
-         SELECT user_id, key FROM ${table}
+         SELECT scope, key FROM ${table}
           WHERE expires_at <= now() AND status <> 'in_progress'
           ORDER BY expires_at
           LIMIT $1
           FOR UPDATE SKIP LOCKED
        )
        DELETE FROM ${table} k USING batch b
-        WHERE k.user_id = b.user_id AND k.key = b.key AND k.expires_at <= now() AND k.status <> 'in_progress'`,
+        WHERE k.scope = b.scope AND k.key = b.key AND k.expires_at <= now() AND k.status <> 'in_progress'`,
     ),
     // $1 stale ms. Running claims whose lease is older than the threshold: the operations stuck now.
     countStaleClaims: named(

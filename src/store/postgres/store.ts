@@ -137,7 +137,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
           if (late.rows[0]?.outcome === 'claimed') request.onLateInsert?.()
         })
         const row = rows[0]
-        if (row?.outcome === 'claimed') return { kind: 'inserted', claim: claimOf(scope, key, { ...row, lock_token: request.fenceToken }) }
+        if (row?.outcome === 'claimed') return { kind: 'inserted', claim: claimOf(scope, key, { ...row, fence_token: request.fenceToken }) }
         if (row) return { kind: 'existing', snapshot: snapshotOf(scope, key, row) }
         if (performance.now() - startedAt >= lockTimeoutMs) {
           throw new OncelyError('ONCELY_STORE_UNAVAILABLE', `the claim of key ${JSON.stringify(key)} waited longer than lockTimeoutMs (${lockTimeoutMs}) for a lock`)

@@ -173,7 +173,7 @@ export async function exactlyOnceViolations(bed: FaultBed, user: string, settled
     'SELECT idempotency_key, count(*)::int AS n FROM oncely_reference.charges WHERE user_id = $1 GROUP BY idempotency_key',
     [user],
   )
-  const { rows: records } = await bed.admin.query<{ key: string; status: string }>(`SELECT key, status FROM ${bed.keyTable} WHERE user_id = $1`, [user])
+  const { rows: records } = await bed.admin.query<{ key: string; status: string }>(`SELECT key, status FROM ${bed.keyTable} WHERE scope = $1`, [user])
   for (const [key, firstBody] of settled.created) {
     const atProvider = charges.filter((c) => c.metadata.idempotency_key === key).length
     if (atProvider !== 1) problems.push(`${key}: ${atProvider} charges at the provider`)

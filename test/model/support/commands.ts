@@ -204,7 +204,7 @@ export class Blip implements ModelCommand {
     const owner = key.owner as Attempt
     if (this.action === 'step') key.acted = true
     await world.admin.query('BEGIN')
-    await world.admin.query(`SELECT 1 FROM ${world.table} WHERE user_id = $1 AND key = $2 FOR UPDATE`, [key.scope, key.key])
+    await world.admin.query(`SELECT 1 FROM ${world.table} WHERE scope = $1 AND key = $2 FOR UPDATE`, [key.scope, key.key])
     const done = await withinHangLimit(
       String(this),
       owner.act(this.action, async () => {
@@ -245,7 +245,7 @@ export class LostAnswer implements ModelCommand {
     const owner = key.owner as Attempt
     if (this.action === 'step') key.acted = true
     await world.admin.query('BEGIN')
-    await world.admin.query(`SELECT 1 FROM ${world.table} WHERE user_id = $1 AND key = $2 FOR UPDATE`, [key.scope, key.key])
+    await world.admin.query(`SELECT 1 FROM ${world.table} WHERE scope = $1 AND key = $2 FOR UPDATE`, [key.scope, key.key])
     const done = await withinHangLimit(
       String(this),
       owner.act(this.action, async () => {

@@ -69,7 +69,7 @@ export class World {
 
   async row(scope: string, key: string): Promise<{ claim_id: string; status: string; suspended: boolean } | undefined> {
     const { rows } = await this.admin.query<{ claim_id: string; status: string; suspended: boolean }>(
-      `SELECT claim_id::text, status, lock_token IS NULL AS suspended FROM ${this.table} WHERE user_id = $1 AND key = $2`,
+      `SELECT claim_id::text, status, fence_token IS NULL AS suspended FROM ${this.table} WHERE scope = $1 AND key = $2`,
       [scope, key],
     )
     return rows[0]
@@ -79,7 +79,7 @@ export class World {
   async age(scope: string, key: string, past: 'stale' | 'ttl'): Promise<void> {
     const staleMs = MODEL_TIMING.staleAfterMs + MODEL_TIMING.leaseRenewMs + 1000
     if (past === 'stale') {
-      await this.admin.query(`UPDATE ${this.table} SET locked_at = locked_at - $3::bigint * interval '1 millisecond' WHERE user_id = $1 AND key = $2`, [scope, key, staleMs])
+      await this.admin.query(`UPDATE ${this.table} SET locked_at = locked_at - $3::bigint * interval '1 millisecond' WHERE scope = $1 AND key = $2`, [scope, key, staleMs])
       return
     }
     const ttlMs = MODEL_TIMING.ttlMs + 1000
@@ -88,14 +88,14 @@ export class World {
           SET created_at = created_at - $3::bigint * interval '1 millisecond',
               locked_at = locked_at - $3::bigint * interval '1 millisecond',
               expires_at = expires_at - $3::bigint * interval '1 millisecond'
-        WHERE user_id = $1 AND key = $2`,
+        WHERE scope = $1 AND key = $2`,
       [scope, key, ttlMs],
     )
   }
 
   /** Deletes every row of this run's scopes: the executions still renewing them see their fence fail and stop. */
   async forget(scopePrefix: string): Promise<void> {
-    await this.admin.query(`DELETE FROM ${this.table} WHERE user_id LIKE $1`, [`${scopePrefix}%`])
+    await this.admin.query(`DELETE FROM ${this.table} WHERE scope LIKE $1`, [`${scopePrefix}%`])
   }
 
   async close(): Promise<void> {
