@@ -51,77 +51,77 @@ const LOCKED = `SELECT count(DISTINCT l.relation)::integer AS n FROM pg_locks l 
  * tables, with custom and with generic plans, each in a transaction rolled back (PREPARE is not
  * transactional: its statement is deallocated by hand).
  */
-export async function explainPlans(pool: pg.Pool, schemas: Record<PlanCheck['table'], string>, inputs: PlanInputs): Promise<PlanCheck[]> {
+export async function explainPlans(url: string, schemas: Record<PlanCheck['table'], string>, inputs: PlanInputs): Promise<PlanCheck[]> {
   const checks: PlanCheck[] = []
-  const client = await pool.connect()
-  try {
-    for (const table of ['plain', 'partitioned'] as const) {
-      const sql = buildStatements(quoteSchema(schemas[table]), undefined)
-      const claimValues = (key: string) => [inputs.scope, key, inputs.storedFingerprint, 86_400_000, randomUUID(), randomUUID(), DEFAULT_LOCK_TIMEOUT_MS, null]
-      const statements: { statement: PlanCheck['statement']; text: string; values: (tx: pg.PoolClient) => Promise<unknown[]> }[] = [
-        { statement: 'claim (fresh key)', text: sql.claim.text, values: async () => claimValues(inputs.freshKey()) },
-        { statement: 'claim (loaded key: replay)', text: sql.claim.text, values: async () => claimValues(inputs.loadedKey) },
-        { statement: 'readKey', text: sql.readKey.text, values: async () => [inputs.scope, inputs.loadedKey] },
-        {
-          statement: 'complete',
-          text: sql.complete.text,
-          // A claim of its own first, in the same transaction: the completion needs its token.
-          values: async (tx) => {
-            const key = inputs.freshKey()
-            const { rows } = await tx.query<{ lock_token: string }>({ text: sql.claim.text, values: claimValues(key) })
-            return [inputs.scope, key, rows[0]?.lock_token, 'completed', 201, '[]', Buffer.from('{}'), 'oncely_keys_bench']
-          },
+  for (const table of ['plain', 'partitioned'] as const) {
+    const sql = buildStatements(quoteSchema(schemas[table]), undefined)
+    const claimValues = (key: string) => [inputs.scope, key, inputs.storedFingerprint, 86_400_000, randomUUID(), randomUUID(), DEFAULT_LOCK_TIMEOUT_MS, null]
+    const statements: { statement: PlanCheck['statement']; text: string; values: (tx: pg.Client) => Promise<unknown[]> }[] = [
+      { statement: 'claim (fresh key)', text: sql.claim.text, values: async () => claimValues(inputs.freshKey()) },
+      { statement: 'claim (loaded key: replay)', text: sql.claim.text, values: async () => claimValues(inputs.loadedKey) },
+      { statement: 'readKey', text: sql.readKey.text, values: async () => [inputs.scope, inputs.loadedKey] },
+      {
+        statement: 'complete',
+        text: sql.complete.text,
+        // A claim of its own first, in the same transaction: the completion needs its token.
+        values: async (tx) => {
+          const key = inputs.freshKey()
+          const { rows } = await tx.query<{ lock_token: string }>({ text: sql.claim.text, values: claimValues(key) })
+          return [inputs.scope, key, rows[0]?.lock_token, 'completed', 201, '[]', Buffer.from('{}'), 'oncely_keys_bench']
         },
-        { statement: 'sweepExpired', text: sql.sweepExpired.text, values: async () => [inputs.sweepBatch] },
-      ]
-      for (const { statement, text, values } of statements) {
-        for (const plan of ['custom', 'generic'] as const) {
-          await client.query('BEGIN')
-          try {
-            const explained = async (format: 'JSON' | 'TEXT') => {
-              const bound = await values(client)
-              if (plan === 'custom') return (await client.query<Record<string, unknown>>({ text: `EXPLAIN (ANALYZE, BUFFERS, FORMAT ${format}) ${text}`, values: bound })).rows
-              await client.query('SET LOCAL plan_cache_mode = force_generic_plan')
-              await client.query(`PREPARE bench_plan AS ${text}`)
-              try {
-                return (await client.query<Record<string, unknown>>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT ${format}) EXECUTE bench_plan(${bound.map((v) => literal(client, v)).join(', ')})`)).rows
-              } finally {
-                await client.query('DEALLOCATE bench_plan')
-              }
+      },
+      { statement: 'sweepExpired', text: sql.sweepExpired.text, values: async () => [inputs.sweepBatch] },
+    ]
+    for (const { statement, text, values } of statements) {
+      for (const plan of ['custom', 'generic'] as const) {
+        // A connection of its own: the transaction counters read below may still hold a
+        // session's earlier transactions, not yet flushed (PostgreSQL 15 and later).
+        const client = new pg.Client({ connectionString: url })
+        await client.connect()
+        await client.query('BEGIN')
+        try {
+          const explained = async (format: 'JSON' | 'TEXT') => {
+            const bound = await values(client)
+            if (plan === 'custom') return (await client.query<Record<string, unknown>>({ text: `EXPLAIN (ANALYZE, BUFFERS, FORMAT ${format}) ${text}`, values: bound })).rows
+            await client.query('SET LOCAL plan_cache_mode = force_generic_plan')
+            await client.query(`PREPARE bench_plan AS ${text}`)
+            try {
+              return (await client.query<Record<string, unknown>>(`EXPLAIN (ANALYZE, BUFFERS, FORMAT ${format}) EXECUTE bench_plan(${bound.map((v) => literal(client, v)).join(', ')})`)).rows
+            } finally {
+              await client.query('DEALLOCATE bench_plan')
             }
-            // Twice: the first run pays for a cold cache.
-            await explained('TEXT')
-            const textRows = await explained('TEXT')
-            const found = walk((await explained('JSON'))[0]?.['QUERY PLAN'])
-            // Everything this transaction did is this statement's (and, for the completion, its
-            // own claim of a key in the same scope).
-            const { rows: touched } = await client.query<{ relname: string }>({ text: TOUCHED, values: [schemas[table]] })
-            const { rows: locks } = await client.query<{ n: number }>({ text: LOCKED, values: [schemas[table]] })
-            checks.push({
-              statement,
-              table,
-              plan,
-              scoped: statement !== 'sweepExpired',
-              relations: touched.map((r) => r.relname),
-              scanned: [...found.relations].sort(),
-              locked: locks[0]?.n ?? 0,
-              subplansRemoved: found.subplansRemoved,
-              text: textRows.map((r) => String(r['QUERY PLAN'])),
-            })
-          } finally {
-            await client.query('ROLLBACK')
           }
+          // Twice: the first run pays for a cold cache.
+          await explained('TEXT')
+          const textRows = await explained('TEXT')
+          const found = walk((await explained('JSON'))[0]?.['QUERY PLAN'])
+          // Everything this transaction did is this statement's (and, for the completion, its
+          // own claim of a key in the same scope).
+          const { rows: touched } = await client.query<{ relname: string }>({ text: TOUCHED, values: [schemas[table]] })
+          const { rows: locks } = await client.query<{ n: number }>({ text: LOCKED, values: [schemas[table]] })
+          checks.push({
+            statement,
+            table,
+            plan,
+            scoped: statement !== 'sweepExpired',
+            relations: touched.map((r) => r.relname),
+            scanned: [...found.relations].sort(),
+            locked: locks[0]?.n ?? 0,
+            subplansRemoved: found.subplansRemoved,
+            text: textRows.map((r) => String(r['QUERY PLAN'])),
+          })
+        } finally {
+          await client.query('ROLLBACK')
+          await client.end()
         }
       }
     }
-  } finally {
-    client.release()
   }
   return checks
 }
 
 /** A bound value as an SQL literal, for EXECUTE's arguments. */
-function literal(client: pg.PoolClient, value: unknown): string {
+function literal(client: pg.Client, value: unknown): string {
   if (value === null || value === undefined) return 'NULL'
   if (typeof value === 'number') return String(value)
   if (Buffer.isBuffer(value)) return `'\\x${value.toString('hex')}'::bytea`

@@ -32,6 +32,8 @@ export interface PartitionsOptions {
   rounds: number
   /** The two schemas, created and dropped by the run. (Default: bench_partitions_plain, bench_partitions_hash) */
   schemas?: Record<Table, string>
+  /** Progress lines. (Default: to stderr) */
+  log?: (line: string) => void
 }
 
 export interface PartitionsResult {
@@ -62,7 +64,7 @@ export async function partitionsBench(url: string, options: PartitionsOptions): 
   const schemas = options.schemas ?? { plain: 'bench_partitions_plain', partitioned: 'bench_partitions_hash' }
   const pool = new pg.Pool({ connectionString: url, max: options.loops + 2 })
   pool.on('error', (error) => process.stderr.write(`partitions: an idle connection failed: ${error.message}\n`))
-  const log = (line: string) => process.stderr.write(`partitions: ${line}\n`)
+  const log = options.log ?? ((line: string) => process.stderr.write(`partitions: ${line}\n`))
   const dropAll = async () => {
     for (const schema of Object.values(schemas)) await pool.query(`DROP SCHEMA IF EXISTS ${quoteSchema(schema)} CASCADE`)
   }
@@ -122,7 +124,7 @@ export async function partitionsBench(url: string, options: PartitionsOptions): 
       await count('sweep batch', async () => void (await stores[table].sweepExpired(sweepBatch)), 2)
     }
 
-    const plans = await explainPlans(pool, schemas, { scope: 'u0', loadedKey: `key-${expired}`, freshKey: () => `explain-${randomUUID()}`, sweepBatch, storedFingerprint: storedFingerprint(fingerprint) })
+    const plans = await explainPlans(url, schemas, { scope: 'u0', loadedKey: `key-${expired}`, freshKey: () => `explain-${randomUUID()}`, sweepBatch, storedFingerprint: storedFingerprint(fingerprint) })
 
     // Warm-up: every connection opened and every statement prepared, on both tables.
     for (const table of TABLES) {
