@@ -168,7 +168,8 @@ export async function partitionsBench(url: string, options: PartitionsOptions): 
     for (const op of OPERATIONS) {
       for (const p of op === 'sweep batch' ? [50] : [50, 99]) {
         const at = (table: Table) => samples[op][table].map((run) => percentile(run, p))
-        const extra: Record<string, string> = { 'round trips': `${roundTrips[op].partitioned} (plain ${roundTrips[op].plain})` }
+        const runs = (table: Table) => at(table).map((v) => v.toFixed(2)).join(' ')
+        const extra: Record<string, string> = { 'round trips': `${roundTrips[op].partitioned} (plain ${roundTrips[op].plain})`, 'plain runs': runs('plain') }
         if (op !== 'sweep batch') extra['ops/s'] = `${ops[op].partitioned.join(' ')} (plain ${ops[op].plain.join(' ')})`
         figures.push(figure({ section: 'partitions', name: `${op} p${p}`, unit: 'ms', runs: at('partitioned'), baseline: { name: 'plain', value: median(at('plain')) }, extra }, median(at('partitioned'))))
       }
@@ -213,7 +214,7 @@ async function loadTables(pool: pg.Pool, schemas: Record<Table, string>, rows: n
   const began = performance.now()
   // Gigabytes just written: flushed now, not under the first operations measured.
   await pool.query('CHECKPOINT')
-  const secondsOf = (ms: number) => Number((ms / 1000).toFixed(1))
+  const secondsOf = (ms: number) => Number((ms / 1000).toFixed(3))
   const result = {
     plain: { insertSeconds: secondsOf(insertMs.plain), analyzeSeconds: secondsOf(analyzeMs.plain) },
     partitioned: { insertSeconds: secondsOf(insertMs.partitioned), analyzeSeconds: secondsOf(analyzeMs.partitioned) },

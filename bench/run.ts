@@ -111,7 +111,7 @@ try {
     print(
       `partitions: ${rows} rows, ${partitions} hash partitions by scope against one plain table (${rounds} interleaved runs of ${seconds} s, 4 loops; ratio = partitioned ÷ plain)`,
       result.figures,
-      ['round trips', 'ops/s'],
+      ['plain runs', 'round trips', 'ops/s'],
     )
     process.stdout.write(`\n### partitions: the relations each statement's plan touches (scope bound)\n\n${planTable(result.plans)}\n`)
     const { plans, figures: _figures, ...rest } = result

@@ -29,7 +29,7 @@ it('reports each operation partitioned against plain, per round, then load time 
   for (const f of result.figures) {
     expect(f.baseline.name).toBe('plain')
     expect(f.runs).toHaveLength(latencies.includes(f.name) ? ROUNDS : 1)
-    for (const value of [...f.runs, f.baseline.value, f.ratio]) expect(Number.isFinite(value) && value > 0).toBe(true)
+    for (const value of [...f.runs, f.baseline.value, f.ratio]) expect(Number.isFinite(value) && value > 0, `${f.name}: ${value}`).toBe(true)
   }
 })
 
