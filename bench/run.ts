@@ -7,8 +7,13 @@
  *   npm run bench -- --quick               the peers only, 2 rounds of 2 s (under about 2 minutes)
  *   npm run bench -- --only http           one part (library, round-trips, http, relay, peers, scale)
  *   npm run bench -- --redis               HTTP also with REDIS_URL (default redis://127.0.0.1:6379)
- *   npm run bench -- --scale               10 M rows and the sweeper under load (long, gigabytes)
+ *   npm run bench -- --scale               10 M rows and the sweeper under load, and 10 M rows
+ *                                          hash-partitioned against plain (long, gigabytes)
  *   npm run bench -- --only scale --scale --rows 200000   the same on fewer rows (a quick check)
+ *   npm run bench -- --only partitions     10 M rows in 16 hash partitions against a plain table
+ *   npm run bench -- --only partitions --quick   the same on 100 000 rows (a smoke check)
+ *   --partitions N   the partitioned table's partitions (default 16)
+ *   --rows N         the scale and partitions parts' rows (default 10 000 000; with --quick 100 000)
  *   --seconds N --rounds N --connections N --iterations N
  *
  * `DATABASE_URL` picks the PostgreSQL (a database of the run's own is created and dropped);
@@ -19,12 +24,14 @@ import { parseArgs } from 'node:util'
 import { openBenchDatabase } from './database.js'
 import { httpBench } from './http.js'
 import { libraryBench } from './library.js'
+import { partitionsBench } from './partitions.js'
+import { planTable } from './partitions-plans.js'
 import { findRedis, peersBench } from './peers.js'
 import { describeMachine, table, writeResults, type Figure } from './report.js'
 import { roundTripBench } from './round-trips.js'
 import { scaleBench } from './scale.js'
 
-const PARTS = ['library', 'round-trips', 'http', 'relay', 'peers', 'scale'] as const
+const PARTS = ['library', 'round-trips', 'http', 'relay', 'peers', 'scale', 'partitions'] as const
 
 const { values } = parseArgs({
   options: {
@@ -37,18 +44,20 @@ const { values } = parseArgs({
     rounds: { type: 'string' },
     connections: { type: 'string', default: '32' },
     iterations: { type: 'string' },
-    rows: { type: 'string', default: '10000000' },
+    rows: { type: 'string' },
+    partitions: { type: 'string', default: '16' },
   },
 })
 
 // --quick: short runs, for development; its ratios are rougher, never a result to quote.
 const quick = values.quick
-const only = values.only?.split(',') ?? (quick ? ['peers'] : ['library', 'round-trips', 'http', 'relay', 'peers', ...(values.scale ? ['scale'] : [])])
+const only = values.only?.split(',') ?? (quick ? ['peers'] : ['library', 'round-trips', 'http', 'relay', 'peers', ...(values.scale ? ['scale', 'partitions'] : [])])
 for (const part of only) if (!(PARTS as readonly string[]).includes(part)) throw new Error(`--only: unknown part ${part}; one of ${PARTS.join(', ')}`)
 const seconds = Number(values.seconds ?? (quick ? 2 : 5))
 const rounds = Number(values.rounds ?? (quick ? 2 : 5))
 const iterations = Number(values.iterations ?? (quick ? 100 : 500))
 const connections = Number(values.connections)
+const rows = Number(values.rows ?? (quick ? 100_000 : 10_000_000))
 const redisUrl = values['redis-url'] ?? (values.redis ? (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379') : undefined)
 
 const NOTE =
@@ -91,10 +100,23 @@ try {
     print('peers: the targets of issue 21 (one interleaved run; met or not, never failed on)', peers.targets)
   }
   if (only.includes('scale')) {
-    const scale = await scaleBench(database.url, { rows: Number(values.rows), connections: 8, seconds, rounds })
-    print(`scale: ${values.rows} rows, ${rounds} interleaved runs of ${seconds} s, 8 loops`, scale.figures, ['p50 ms', 'baseline p50 ms', 'ops', 'baseline ops'])
+    const scale = await scaleBench(database.url, { rows, connections: 8, seconds, rounds })
+    print(`scale: ${rows} rows, ${rounds} interleaved runs of ${seconds} s, 8 loops`, scale.figures, ['p50 ms', 'baseline p50 ms', 'ops', 'baseline ops'])
     details.scale = scale.details
     process.stdout.write(`\n${JSON.stringify(scale.details, null, 2)}\n`)
+  }
+  if (only.includes('partitions')) {
+    const partitions = Number(values.partitions)
+    const result = await partitionsBench(database.url, { rows, partitions, loops: 4, seconds, rounds })
+    print(
+      `partitions: ${rows} rows, ${partitions} hash partitions by scope against one plain table (${rounds} interleaved runs of ${seconds} s, 4 loops; ratio = partitioned ÷ plain)`,
+      result.figures,
+      ['plain runs', 'round trips', 'ops/s'],
+    )
+    process.stdout.write(`\n### partitions: the relations each statement's plan touches (scope bound)\n\n${planTable(result.plans)}\n`)
+    const { plans, figures: _figures, ...rest } = result
+    details.partitions = { ...rest, plans: plans.map((p) => ({ ...p, text: p.plan === 'custom' ? p.text : undefined })) }
+    process.stdout.write(`\n${JSON.stringify(rest, null, 2)}\n`)
   }
   const file = await writeResults(startedAt, { startedAt: startedAt.toISOString(), finishedAt: new Date().toISOString(), machine, note: NOTE, options: values, sections, details })
   process.stdout.write(`\n${NOTE}\nwritten to ${file}\n`)

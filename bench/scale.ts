@@ -272,7 +272,7 @@ async function explainAll(pool: pg.Pool): Promise<Record<string, string[]>> {
   try {
     for (const [table, schema] of Object.entries(SCHEMAS)) {
       const sql = buildStatements(quoteSchema(schema), undefined)
-      const claimValues = (key: () => string) => () => ['bench', key(), storedFingerprint(fingerprint), 86_400_000, randomUUID(), randomUUID(), DEFAULT_LOCK_TIMEOUT_MS]
+      const claimValues = (key: () => string) => () => ['bench', key(), storedFingerprint(fingerprint), 86_400_000, randomUUID(), randomUUID(), DEFAULT_LOCK_TIMEOUT_MS, null]
       const explain = async (name: string, text: string, values: () => unknown[]) => {
         await client.query('BEGIN')
         try {
