@@ -66,8 +66,8 @@ export async function explainPlans(url: string, schemas: Record<PlanCheck['table
         // A claim of its own first, in the same transaction: the completion needs its token.
         values: async (tx) => {
           const key = inputs.freshKey()
-          const { rows } = await tx.query<{ lock_token: string }>({ text: sql.claim.text, values: claimValues(key) })
-          return [inputs.scope, key, rows[0]?.lock_token, 'completed', 201, '[]', Buffer.from('{}'), 'oncely_keys_bench']
+          const { rows } = await tx.query<{ fence_token: string }>({ text: sql.claim.text, values: claimValues(key) })
+          return [inputs.scope, key, rows[0]?.fence_token, 'completed', 201, '[]', Buffer.from('{}'), 'oncely_keys_bench']
         },
       },
       { statement: 'sweepExpired', text: sql.sweepExpired.text, values: async () => [inputs.sweepBatch] },

@@ -236,7 +236,7 @@ async function loadTables(pool: pg.Pool, schemas: Record<Table, string>, rows: n
 async function insertRows(pool: pg.Pool, schema: string, from: number, to: number, rows: number, scopes: number, expired: number): Promise<void> {
   await pool.query({
     text: `INSERT INTO ${quoteSchema(schema)}.idempotency_key
-             (user_id, key, request_hash, status, claim_id, response_status, response_headers, response_body, created_at, updated_at, expires_at)
+             (scope, key, fingerprint, status, claim_id, response_status, response_headers, response_body, created_at, updated_at, expires_at)
            SELECT 'u' || (i % $4), 'key-' || i, $5, 'completed', gen_random_uuid(), 201,
                   '[["content-type","application/json"]]'::jsonb, convert_to('{"id":"ch_' || i || '","amount":1000}', 'UTF8'),
                   e - interval '1 day', e - interval '1 day', e
