@@ -74,7 +74,7 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     push({ name: 'the pool', stop: () => pool.end() })
     await checkSchemaAtStart(pool, { schema: config.schema, migrated: config.migrate })
     const provider = config.providerUrl
-      ? { url: config.providerUrl, description: `provider at ${config.providerUrl}`, adopted: false, pid: undefined, stop: async () => {}, kill: () => {} }
+      ? { url: config.providerUrl, description: 'provider', adopted: false, pid: undefined, stop: async () => {}, kill: () => {} }
       : await startProviderProcess({ host: '127.0.0.1', port: config.providerPort, latencyMs: config.providerLatencyMs, leftover: claim?.previous?.provider, log })
     push({ name: 'the provider', stop: () => provider.stop(), kill: () => provider.kill(), adopted: provider.adopted })
     const record = {
