@@ -52,6 +52,18 @@ describe('migrate', () => {
     expect(isOncelyError(error, 'ONCELY_SCHEMA_TOO_NEW')).toBe(true)
   })
 
+  it('creates a schema whose name holds the replacement patterns of String.replace ($&, $$, $`, $\')', async () => {
+    // Each pattern, spliced in by a string replacement, would have put the matched text, or the
+    // SQL around it, into the name: the schema would be another one, or the SQL broken.
+    for (const schema of ['a$&b', "p$$q$`r$'s"]) {
+      const { applied } = await migrate({ pool: db.pool, schema })
+      expect(applied.map((migration) => migration.id)).toEqual((await loadMigrations(schema)).map((migration) => migration.id))
+      const { rows } = await db.pool.query<{ table_schema: string }>(`SELECT DISTINCT table_schema FROM information_schema.tables WHERE table_name IN ('idempotency_key', 'migrations') AND table_schema = $1`, [schema])
+      expect(rows).toEqual([{ table_schema: schema }])
+      expect((await migrate({ pool: db.pool, schema })).applied).toEqual([])
+    }
+  })
+
   it('the dry-run SQL creates the same schema when run by hand', async () => {
     const sql = await migrationSql('Dry Run')
     expect(sql).toContain('CREATE TABLE "Dry Run".idempotency_key')
