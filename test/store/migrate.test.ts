@@ -64,6 +64,17 @@ describe('migrate', () => {
     }
   })
 
+  it('creates a schema named with 63 bytes of UTF-8 in full, and refuses 64 bytes in fewer characters before sending anything', async () => {
+    // PostgreSQL would cut a longer name to 63 bytes (a NOTICE only), so two names would be one schema.
+    const longest = `${'é'.repeat(31)}s`
+    await migrate({ pool: db.pool, schema: longest })
+    const { rows } = await db.pool.query<{ nspname: string }>(`SELECT nspname FROM pg_namespace WHERE nspname LIKE 'ééé%'`)
+    expect(rows).toEqual([{ nspname: longest }])
+    const error: unknown = await migrate({ pool: db.pool, schema: 'é'.repeat(32) }).catch((e: unknown) => e)
+    expect(isOncelyError(error, 'ONCELY_INVALID_OPTION')).toBe(true)
+    expect((await db.pool.query(`SELECT 1 FROM pg_namespace WHERE nspname LIKE 'ééé%'`)).rowCount).toBe(1)
+  })
+
   it('the dry-run SQL creates the same schema when run by hand', async () => {
     const sql = await migrationSql('Dry Run')
     expect(sql).toContain('CREATE TABLE "Dry Run".idempotency_key')
