@@ -1,4 +1,5 @@
 import { isSealedBytes, isSealedText, openBytes, openJson, sealBytes, sealJson, type Keyring, type SealedPlace } from './encryption-keys.js'
+import { decorateStore } from './store-decorator.js'
 import type { CarriedPhases, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, TakeOverInput } from './store.js'
 import type { ClaimAttempt, ClaimSnapshot, ClaimState, StoredResponse, WriteStatement } from './types.js'
 
@@ -33,7 +34,7 @@ export function withEncryption<Tx>(store: IdempotencyStore<Tx>, ring: Keyring): 
     complete: (fence: Fence, outcome: FinalOutcome, tx?: Tx) => store.complete(fence, sealOutcome(fence, outcome), tx),
     completeInFlight: (fence: Fence, outcome: FinalOutcome, writes: readonly WriteStatement[]) => store.completeInFlight(fence, sealOutcome(fence, outcome), writes),
   }
-  return Object.freeze({ ...store, ...encrypted })
+  return decorateStore(store, encrypted)
 }
 
 /**

@@ -6,15 +6,16 @@ export const MAX_KEY_LENGTH = 255
 /**
  * Validates an `Idempotency-Key` header value: 1 to 255 printable ASCII characters. Also accepts
  * the IETF draft's form, a structured-field string (`"abc"`, with `\"` and `\\` escapes), and
- * reads it as the key inside the quotes, so `"abc"` and `abc` name the same operation. An
- * unquoted value with a comma is refused: Node joins repeated headers with `, ` before anyone
- * sees them, so `a, b` is two keys sent at once (a quoted key may hold a comma).
+ * reads it as the key inside the quotes, so `"abc"` and `abc` name the same operation. A value
+ * that starts or ends with `"` must be one whole quoted string: `"abc`, `abc"` and `"abc";p=1` are
+ * refused. An unquoted value with a comma is refused: Node joins repeated headers with `, ` before
+ * anyone sees them, so `a, b` is two keys sent at once (a quoted key may hold a comma).
  *
  * @example
  * ```ts
  * import { parseIdempotencyKey } from 'oncely'
  * console.assert(parseIdempotencyKey('"8e03978e"').ok)
- * console.assert(!parseIdempotencyKey('').ok)
+ * console.assert(!parseIdempotencyKey('').ok && !parseIdempotencyKey('"8e03978e').ok)
  * console.assert(!parseIdempotencyKey('a, b').ok && parseIdempotencyKey('"a, b"').ok)
  * ```
  */
@@ -25,7 +26,9 @@ export function parseIdempotencyKey(header: string | readonly string[] | undefin
   }
   const raw = header.trim()
   const quoted = raw.length >= 2 && raw.startsWith('"') && raw.endsWith('"')
-  const key = quoted ? unquote(raw) : raw
+  // A quote at one end only is a quoted key cut short (or with RFC 8941 parameters after it),
+  // never a bare key: read as one, `"abc` and `"abc"` would name two operations.
+  const key = quoted ? unquote(raw) : raw.startsWith('"') || raw.endsWith('"') ? undefined : raw
   if (key === undefined) return { ok: false, reason: 'the Idempotency-Key is a malformed quoted string, or was sent more than once' }
   if (!quoted && key.includes(',')) return { ok: false, reason: 'the Idempotency-Key must be sent once; an unquoted key may not contain a comma' }
   if (key.length === 0) return { ok: false, reason: 'the Idempotency-Key is empty' }

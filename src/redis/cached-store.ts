@@ -1,4 +1,5 @@
 import { decide } from '../engine/decide.js'
+import { decorateStore } from '../engine/store-decorator.js'
 import type { ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, TakeOverInput } from '../engine/store.js'
 import type { ClaimAttempt, ClaimSnapshot, ClaimState, WriteStatement } from '../engine/types.js'
 import type { RedisCache } from './cache.js'
@@ -162,7 +163,7 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
     release: async (fence: Fence) => letGo(fence, await store.release(fence)),
     suspend: async (fence: Fence, outcomeError?: string) => letGo(fence, await store.suspend(fence, outcomeError)),
   }
-  return Object.freeze({ ...store, ...cached })
+  return decorateStore(store, cached)
 }
 
 /** The row as the entry describes it, its times aged since the entry was written (by Redis's clock). */

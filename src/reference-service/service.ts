@@ -74,7 +74,7 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     push({ name: 'the pool', stop: () => pool.end() })
     await checkSchemaAtStart(pool, { schema: config.schema, migrated: config.migrate })
     const provider = config.providerUrl
-      ? { url: config.providerUrl, description: `provider at ${config.providerUrl}`, adopted: false, pid: undefined, stop: async () => {}, kill: () => {} }
+      ? { url: config.providerUrl, description: 'provider', adopted: false, pid: undefined, stop: async () => {}, kill: () => {} }
       : await startProviderProcess({ host: '127.0.0.1', port: config.providerPort, latencyMs: config.providerLatencyMs, leftover: claim?.previous?.provider, log })
     push({ name: 'the provider', stop: () => provider.stop(), kill: () => provider.kill(), adopted: provider.adopted })
     const record = {
@@ -116,6 +116,7 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
       const started = serve({ fetch: app.fetch, port: config.port, hostname: config.host }, () => resolve(started))
       started.once('error', reject)
     })
+    answerHalfClosedClients(server)
     push({
       name: 'the API',
       stop: () =>
@@ -150,6 +151,19 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     await stopAll({ failedStart: true })
     throw error
   }
+}
+
+/**
+ * A client that sends its whole request and then shuts its side of the socket down (a half-close)
+ * gets its answer on the side still open. By default Node's HTTP server aborts every request still
+ * being handled when the client's side ends and closes the socket unanswered, so a handler that
+ * awaits anything (all of the service's do) never answers; a charge could run and its answer be
+ * lost. `httpAllowHalfOpen` is the server's own switch for it (a property of `http.Server` that
+ * `@types/node` leaves out): with it on, the response is written and the socket ended after it. A
+ * request cut short by the half-close is still refused by Node's parser with 400.
+ */
+function answerHalfClosedClients(server: ReturnType<typeof serve>): void {
+  if ('httpAllowHalfOpen' in server) (server as { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true
 }
 
 /** Where the console is: its own loopback listener, and the API's `/console` with a token. */

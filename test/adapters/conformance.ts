@@ -204,6 +204,11 @@ export function conformanceSuite(harness: AdapterHarness): void {
         expect(problemOf(tooLong)).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-key-invalid', status: 400, idempotency_key: 'k'.repeat(256) })
         const badQuoting = await app.request(post('/v1/charges', '"a"b"', { amount: 1 }, user(7)))
         expect(problemOf(badQuoting)).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-key-invalid', status: 400 })
+        // Half-quoted: a quoted key cut short, refused like any malformed key (issue 24).
+        for (const half of ['"abc', 'abc"', '"']) {
+          const answer = await app.request(post('/v1/charges', half, { amount: 1 }, user(7)))
+          expect(problemOf(answer), half).toMatchObject({ type: 'https://oncely.dev/problems/idempotency-key-invalid', status: 400 })
+        }
         expect(charges.calls).toBe(0)
         expect(await rowCount('7')).toBe(0)
         const quotedKey = randomUUID()

@@ -36,10 +36,16 @@ describe('parseIdempotencyKey', () => {
     expect(refused('""')).toMatch(/empty/)
   })
 
-  it('a lone quote, or a quote at one end only, is part of a bare key', () => {
-    expect(accepted('"')).toBe('"')
-    expect(accepted('"abc')).toBe('"abc')
-    expect(accepted('abc"')).toBe('abc"')
+  it('a lone quote, or a quote at one end only, is a broken quoted key, not a bare one', () => {
+    // The draft's key is an RFC 8941 string: `"abc` is one cut short, never the key `"abc`.
+    expect(refused('"')).toMatch(/malformed/)
+    expect(refused('"abc')).toMatch(/malformed/)
+    expect(refused('abc"')).toMatch(/malformed/)
+    expect(refused(' "abc ')).toMatch(/malformed/)
+    // RFC 8941 parameters are not part of the key and are not read: refused, not taken as the key.
+    expect(refused('"abc";p=1')).toMatch(/malformed/)
+    // A quote inside a bare key is still part of it, as before.
+    expect(accepted('a"b')).toBe('a"b')
   })
 
   it('a quoted key reads \\" and \\\\ as escapes and refuses any other escape or a bare quote inside', () => {

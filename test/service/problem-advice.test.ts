@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
 import { providerCharges, startProvider, startService, type TestProcess } from '../helpers/processes.js'
 import { charge, get, isProblem, newUser, post, type Answer } from './support/api.js'
+import { startGate, type Gate } from './support/gate.js'
 
 // Issue 23: every problem the service answers says what a client may safely do next, truthfully
 // for its case, beside the members the contract already names.
@@ -37,6 +39,7 @@ function adviceOf(answer: Answer, status: number): Advice {
 }
 
 const NOTHING_RAN: Advice = { retry_same_key: false, new_key_safe: true, operation_state: 'none' }
+const OUTCOME_NOT_KNOWN: Advice = { retry_same_key: true, new_key_safe: false, operation_state: 'unknown' }
 
 async function request(path: string, init: RequestInit): Promise<Answer> {
   const response = await fetch(`${api}${path}`, init)
@@ -78,5 +81,67 @@ describe('problems say what is safe', () => {
     // The advice holds: the same key resumes with the same provider key and charges once.
     expect((await post(api, { user, key: 'flaky', body: charge('cus_flaky_1') })).status).toBe(201)
     expect(await providerCharges(provider.url, user)).toHaveLength(1)
+  })
+})
+
+describe('problems of faults say what is safe', () => {
+  let databaseProxy: DatabaseProxy
+  let gate: Gate
+  let faulty: TestProcess
+
+  beforeAll(async () => {
+    // A second process, on the same database through a proxy the test can cut, calling the
+    // provider through a gate that can hold a charge.
+    databaseProxy = await startDatabaseProxy(db.url)
+    gate = await startGate(provider.url)
+    faulty = await startService({ databaseUrl: databaseProxy.url, schema: db.schema, providerUrl: gate.url })
+  })
+  afterAll(async () => {
+    await faulty?.stop()
+    await gate?.close()
+    await databaseProxy?.close()
+  })
+
+  it('the database away: 503, the outcome not known, so the same key is safe and a new one is not', async () => {
+    const user = newUser()
+    databaseProxy.cut()
+    try {
+      const away = await get(faulty.url, `/v1/charges/ch_${'0'.repeat(24)}`, user)
+      expect(away.headers.get('retry-after')).toBe('1')
+      expect((away.json as { type: string }).type).toBe('https://oncely.dev/problems/service-unavailable')
+      expect(adviceOf(away, 503)).toEqual(OUTCOME_NOT_KNOWN)
+    } finally {
+      databaseProxy.restore()
+    }
+    expect((await get(faulty.url, `/v1/charges/ch_${'0'.repeat(24)}`, user)).status).toBe(404)
+  })
+
+  it('an unexpected fault: 500, the outcome not known', async () => {
+    const user = newUser()
+    // The database answers, but the service's own table is not where it looks: a fault of no known kind.
+    await db.pool.query('ALTER TABLE oncely_reference.charges RENAME TO charges_away')
+    try {
+      const failed = await get(faulty.url, `/v1/charges/ch_${'0'.repeat(24)}`, user)
+      expect((failed.json as { type: string }).type).toBe('https://oncely.dev/problems/internal-error')
+      expect(adviceOf(failed, 500)).toEqual(OUTCOME_NOT_KNOWN)
+    } finally {
+      await db.pool.query('ALTER TABLE oncely_reference.charges_away RENAME TO charges')
+    }
+  })
+
+  it('a claim taken over while its handler ran: 409, retry the same key later, a new key is not safe', async () => {
+    const user = newUser()
+    const held = gate.holdNext()
+    const answer = post(faulty.url, { user, key: 'taken-over', body: charge('cus_taken_over') })
+    await held.arrived
+    // What a take-over does to the row: a new holder's token, so the first holder's next fenced
+    // write (the receipt step's mark, after the provider call) matches nothing (Invariant 3).
+    const taken = await db.pool.query(`UPDATE "${db.schema}".idempotency_key SET lock_token = gen_random_uuid() WHERE user_id = $1 AND key = 'taken-over' AND status = 'in_progress'`, [user])
+    expect(taken.rowCount).toBe(1)
+    held.release()
+    const lost = await answer
+    expect(lost.headers.get('retry-after')).toBe('1')
+    expect((lost.json as { type: string }).type).toBe('https://oncely.dev/problems/idempotency-key-in-use')
+    expect(adviceOf(lost, 409)).toEqual({ retry_same_key: true, new_key_safe: false, operation_state: 'running' })
   })
 })

@@ -53,6 +53,29 @@ describe('migrate', () => {
     expect(isOncelyError(error, 'ONCELY_SCHEMA_TOO_NEW')).toBe(true)
   })
 
+  it('creates a schema whose name holds the replacement patterns of String.replace ($&, $$, $`, $\')', async () => {
+    // Each pattern, spliced in by a string replacement, would have put the matched text, or the
+    // SQL around it, into the name: the schema would be another one, or the SQL broken.
+    for (const schema of ['a$&b', "p$$q$`r$'s"]) {
+      const { applied } = await migrate({ pool: db.pool, schema })
+      expect(applied.map((migration) => migration.id)).toEqual((await loadMigrations(schema)).map((migration) => migration.id))
+      const { rows } = await db.pool.query<{ table_schema: string }>(`SELECT DISTINCT table_schema FROM information_schema.tables WHERE table_name IN ('idempotency_key', 'migrations') AND table_schema = $1`, [schema])
+      expect(rows).toEqual([{ table_schema: schema }])
+      expect((await migrate({ pool: db.pool, schema })).applied).toEqual([])
+    }
+  })
+
+  it('creates a schema named with 63 bytes of UTF-8 in full, and refuses 64 bytes in fewer characters before sending anything', async () => {
+    // PostgreSQL would cut a longer name to 63 bytes (a NOTICE only), so two names would be one schema.
+    const longest = `${'é'.repeat(31)}s`
+    await migrate({ pool: db.pool, schema: longest })
+    const { rows } = await db.pool.query<{ nspname: string }>(`SELECT nspname FROM pg_namespace WHERE nspname LIKE 'ééé%'`)
+    expect(rows).toEqual([{ nspname: longest }])
+    const error: unknown = await migrate({ pool: db.pool, schema: 'é'.repeat(32) }).catch((e: unknown) => e)
+    expect(isOncelyError(error, 'ONCELY_INVALID_OPTION')).toBe(true)
+    expect((await db.pool.query(`SELECT 1 FROM pg_namespace WHERE nspname LIKE 'ééé%'`)).rowCount).toBe(1)
+  })
+
   it('the dry-run SQL creates the same schema when run by hand', async () => {
     const sql = await migrationSql('Dry Run')
     expect(sql).toContain('CREATE TABLE "Dry Run".idempotency_key')

@@ -120,7 +120,7 @@ describe("the race's databases (oncely race) on the suite's server", () => {
   it('refuses a database name PostgreSQL cannot take, naming the option', async () => {
     const server = await openRaceServer(inject('adminUrl'), () => {})
     try {
-      await expect(server.createDatabase('')).rejects.toThrow('option database must be a non-empty string of at most 63 characters')
+      await expect(server.createDatabase('')).rejects.toThrow('option database must be a non-empty string of at most 63 bytes in UTF-8')
     } finally {
       await server.close()
     }

@@ -72,12 +72,14 @@ describe('createPostgresStore', () => {
 })
 
 describe('quoteSchema', () => {
-  it('quotes any name of 1 to 63 characters, doubling its quotes; refuses the rest', () => {
+  it('quotes any name of 1 to 63 bytes, doubling its quotes; refuses the rest', () => {
     expect(quoteSchema('Oncely Test')).toBe('"Oncely Test"')
     expect(quoteSchema('a"b"')).toBe('"a""b"""')
     expect(quoteSchema('s'.repeat(63))).toBe(`"${'s'.repeat(63)}"`)
-    for (const bad of ['', 's'.repeat(64), 'a\0b', 7, undefined]) {
-      expect(() => quoteSchema(bad)).toThrow(`option schema must be a non-empty string of at most 63 characters; got ${JSON.stringify(bad) ?? 'undefined'}`)
+    // PostgreSQL's limit is 63 bytes (NAMEDATALEN - 1), in UTF-8: 31 two-byte letters and one more byte.
+    expect(quoteSchema(`${'é'.repeat(31)}s`)).toBe(`"${'é'.repeat(31)}s"`)
+    for (const bad of ['', 's'.repeat(64), 'é'.repeat(32), `${'€'.repeat(21)}s`, 'a\0b', 7, undefined]) {
+      expect(() => quoteSchema(bad)).toThrow(`option schema must be a non-empty string of at most 63 bytes in UTF-8; got ${JSON.stringify(bad) ?? 'undefined'}`)
     }
   })
 })

@@ -62,7 +62,8 @@ export async function loadMigrations(schema: string = DEFAULT_SCHEMA, options: {
   return Promise.resolve(
     MIGRATION_FILES.map((file) => {
       const id = Number.parseInt(file.name, 10)
-      const sql = file.sql.replaceAll('{{schema}}', quoted)
+      // A function, not a string: a replacement string reads `$&`, `$$` and the like in the name as patterns.
+      const sql = file.sql.replaceAll('{{schema}}', () => quoted)
       return { id, name: file.name, sql: partitions !== undefined && id === KEY_TABLE_MIGRATION ? partitionKeyTable(sql, quoted, partitions) : sql, breaking: BREAKING_MARK.test(file.sql) }
     }),
   )

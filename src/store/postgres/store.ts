@@ -14,7 +14,7 @@ import { buildStatements, type ClaimRow, type HeldRow, type KeyRow, type Stateme
 export interface PostgresStoreOptions {
   /** The pool the store runs on: `pg`'s Pool, or anything with `query` and `connect`. */
   pool: PoolLike
-  /** Schema holding oncely's tables; any name, spaces and capitals included. (Default: `oncely`) */
+  /** Schema holding oncely's tables; any name of up to 63 bytes in UTF-8, spaces and capitals included. (Default: `oncely`) */
   schema?: string
   /**
    * Prepare hot statements once per connection. Turn off behind PgBouncer in transaction
