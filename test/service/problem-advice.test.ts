@@ -136,7 +136,7 @@ describe('problems of faults say what is safe', () => {
     await held.arrived
     // What a take-over does to the row: a new holder's token, so the first holder's next fenced
     // write (the receipt step's mark, after the provider call) matches nothing (Invariant 3).
-    const taken = await db.pool.query(`UPDATE "${db.schema}".idempotency_key SET lock_token = gen_random_uuid() WHERE user_id = $1 AND key = 'taken-over' AND status = 'in_progress'`, [user])
+    const taken = await db.pool.query(`UPDATE "${db.schema}".idempotency_key SET fence_token = gen_random_uuid() WHERE scope = $1 AND key = 'taken-over' AND status = 'in_progress'`, [user])
     expect(taken.rowCount).toBe(1)
     held.release()
     const lost = await answer
