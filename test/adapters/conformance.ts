@@ -8,7 +8,7 @@ import { createPostgresStore, type Queryable } from '../../src/store/postgres/in
 import pg from 'pg'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { deferred } from '../helpers/deferred.js'
-import { startOutageProxy } from './support/outage-proxy.js'
+import { startTcpProxy } from '../helpers/tcp-proxy.js'
 import { waitConformance } from './conformance-wait.js'
 import type { AdapterHarness, AppUnderTest, HandlerInput, HandlerOutput, TestOptions, TestRequest, TestRoute } from './harness.js'
 
@@ -681,7 +681,7 @@ export function conformanceSuite(harness: AdapterHarness): void {
     })
 
     it('answers 503 with Retry-After while the database is away, at the claim and at the completion', async () => {
-      const proxy = await startOutageProxy(db.url)
+      const proxy = await startTcpProxy(db.url)
       const pool = new pg.Pool({ connectionString: proxy.url, max: 4, connectionTimeoutMillis: 2000 })
       pool.on('error', () => {})
       const lines: string[] = []

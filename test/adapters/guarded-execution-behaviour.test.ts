@@ -10,7 +10,7 @@ import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { deferred } from '../helpers/deferred.js'
 import { ageClaim, engineOn, keyTable, owned } from '../helpers/engine.js'
-import { startOutageProxy } from './support/outage-proxy.js'
+import { startTcpProxy } from '../helpers/tcp-proxy.js'
 
 // The completion rule of docs/adapters.md, driven through GuardedExecution itself: what a
 // captured response becomes in the database, on the wire, in `onOutcome` and in the log.
@@ -344,7 +344,7 @@ describe('GuardedExecution: a completion that does not land', () => {
   })
 
   it('the database away: a completion gets 503 store unavailable; a release that cannot be written is a warning with its code', async () => {
-    const proxy = await startOutageProxy(db.url)
+    const proxy = await startTcpProxy(db.url)
     const pool = new pg.Pool({ connectionString: proxy.url, max: 4, connectionTimeoutMillis: 500 })
     pool.on('error', () => {})
     try {

@@ -2,19 +2,13 @@ import type { AddressInfo } from 'node:net'
 import type { Server } from 'node:http'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { countConstructions } from '../helpers/count-constructions.js'
 import { engineOn } from '../helpers/engine.js'
 
 // Counts the web Responses built in this module graph: `@hono/node-server` keeps the global
 // `Response` it finds when it loads (the counter, here) for the moments it must build a real one,
 // and answers `new Response(text)` with a lightweight one of its own.
-const OriginalResponse = globalThis.Response
-let built = 0
-globalThis.Response = class CountingResponse extends OriginalResponse {
-  constructor(...args: ConstructorParameters<typeof Response>) {
-    super(...args)
-    built++
-  }
-}
+const responses = countConstructions('Response')
 const { serve } = await import('@hono/node-server')
 const { Hono } = await import('hono')
 const { idempotency } = await import('../../src/adapters/hono.js')
@@ -40,7 +34,7 @@ beforeAll(async () => {
 })
 
 afterAll(async () => {
-  globalThis.Response = OriginalResponse
+  responses.restore()
   await new Promise((resolve) => server?.close(resolve))
   await db?.close()
 })
@@ -49,12 +43,12 @@ const post = (path: string, key: string) => fetch(`${url}${path}`, { method: 'PO
 
 describe('oncely/hono on @hono/node-server (issue 21)', () => {
   it('stores and answers a c.json or c.text body as given, without building a web Response around it', async () => {
-    built = 0
+    responses.reset()
     const first = await post('/json', 'json-1')
-    expect(built).toBe(0)
+    expect(responses.count()).toBe(0)
     expect([first.status, first.headers.get('content-type'), first.headers.get('x-made'), first.headers.get('idempotency-key-ttl'), await first.text()]).toEqual([201, 'application/json', 'json', '3600', '{"run":1}'])
     const text = await post('/text', 'text-1')
-    expect(built).toBe(0)
+    expect(responses.count()).toBe(0)
     expect([text.status, text.headers.get('content-type'), text.headers.get('idempotency-key-ttl'), await text.text()]).toEqual([200, 'text/plain; charset=UTF-8', '3600', 'run 2'])
     const replay = await post('/json', 'json-1')
     expect([replay.status, replay.headers.get('idempotent-replayed'), replay.headers.get('x-made'), await replay.text()]).toEqual([201, 'true', 'json', '{"run":1}'])

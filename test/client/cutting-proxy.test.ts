@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import { createClient, fileKeyStore } from '../../src/client/index.js'
-import { startCuttingProxy, type CuttingProxy } from './support/cutting-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { reply, startServer, type TestServer } from './support/http-server.js'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -32,8 +32,10 @@ async function idempotentServer(): Promise<{ server: TestServer; executions: () 
   return { server, executions: () => executions }
 }
 
-async function proxyTo(server: TestServer, cuts: number): Promise<CuttingProxy> {
-  const proxy = await startCuttingProxy(server.port, cuts)
+/** A proxy to `server` that cuts the first `cuts` answers the moment the server starts sending them. */
+async function proxyTo(server: TestServer, cuts: number): Promise<TcpProxy> {
+  const proxy = await startTcpProxy(server.port)
+  for (let cut = 0; cut < cuts; cut++) void proxy.cutNextAnswer()
   closers.push(() => proxy.close())
   return proxy
 }

@@ -7,7 +7,7 @@ import { createClient, fileKeyStore } from '../../src/client/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { providerCharges, startProvider, startService, type TestProcess } from '../helpers/processes.js'
 import { startGate, type Gate } from '../service/support/gate.js'
-import { startCuttingProxy } from './support/cutting-proxy.js'
+import { startTcpProxy } from '../helpers/tcp-proxy.js'
 import { deferred } from '../helpers/deferred.js'
 import { runRequestCommand, startNode } from './support/node-process.js'
 
@@ -40,8 +40,9 @@ const charge = { amount: 1000, currency: 'usd', customer: 'cus_42' }
 describe('the client against the reference service', () => {
   it('through a proxy that cuts the first two responses: 201, and the provider has exactly one charge', async () => {
     const user = String(nextUser++)
-    const servicePort = Number(new URL(service.url).port)
-    const proxy = await startCuttingProxy(servicePort, 2)
+    const proxy = await startTcpProxy(service.url)
+    void proxy.cutNextAnswer()
+    void proxy.cutNextAnswer()
     try {
       const client = createClient({
         baseUrl: proxy.url,

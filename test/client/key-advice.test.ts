@@ -6,7 +6,7 @@ import { createClient, isWorthRetrying } from '../../src/client/index.js'
 import { createEngine } from '../../src/index.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { startCuttingProxy } from './support/cutting-proxy.js'
+import { startTcpProxy } from '../helpers/tcp-proxy.js'
 
 // The client honours what an oncely server says is safe (issue 23): it stops retrying a key the
 // server says a retry cannot help, and tells the caller when a new key is safe.
@@ -35,7 +35,8 @@ afterAll(async () => {
 
 describe('the client and what the server says is safe', () => {
   it('stops at a result-unavailable answer instead of retrying it: the retry after a cut response is the last attempt', async () => {
-    const proxy = await startCuttingProxy(port, 1)
+    const proxy = await startTcpProxy(port)
+    void proxy.cutNextAnswer()
     try {
       const client = createClient({ baseUrl: proxy.url, headers: { authorization: 'Bearer demo_1' }, baseDelayMs: 1, maxAttempts: 5 })
       const res = await client.post('/v1/exports', { month: '2025-01' })

@@ -3,16 +3,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest } from '../../src/index.js'
 import { createPostgresStore } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { ageClaim, engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
 
 let db: TestDatabase
-let proxy: DatabaseProxy
+let proxy: TcpProxy
 let pool: pg.Pool
 beforeAll(async () => {
   db = await createTestDatabase()
   await db.pool.query('CREATE TABLE charges (id text PRIMARY KEY)')
-  proxy = await startDatabaseProxy(db.url)
+  proxy = await startTcpProxy(db.url)
   pool = new pg.Pool({ connectionString: proxy.url, max: 5 })
   pool.on('error', () => undefined)
 })
@@ -36,7 +36,7 @@ async function begin(key: string) {
 // recognise its own write by the token it minted, never see it as someone else's.
 describe('a write whose answer was lost is recognised as this worker’s own (issue 8, path 16)', () => {
   it('the claim: the retry finds its own claim, not a conflict', async () => {
-    const cut = proxy.dropNextAnswerTo('_claim')
+    const cut = proxy.cutNextAnswer({ to: '_claim' })
     const execution = await begin('lost-claim')
     await cut
     expect(execution.how).toBe('new')
@@ -45,7 +45,7 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
 
   it('a step: committed once, the worker goes on', async () => {
     const execution = await begin('lost-step')
-    const cut = proxy.dropNextAnswerTo('_commit_phase')
+    const cut = proxy.cutNextAnswer({ to: '_commit_phase' })
     expect(await execution.step('charge', async () => ({ id: 'ch_1' }))).toEqual({ id: 'ch_1' })
     await cut
     expect(execution.recoveryPoint).toBe('charge')
@@ -54,7 +54,7 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
 
   it('the completion: ends completed, not lock lost', async () => {
     const execution = await begin('lost-complete')
-    const cut = proxy.dropNextAnswerTo('_complete')
+    const cut = proxy.cutNextAnswer({ to: '_complete' })
     await execution.complete(jsonResponse(201, '{"ok":true}'))
     await cut
     expect(execution.state).toBe('completed')
@@ -63,7 +63,7 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
   it('the COMMIT of the completion transaction: the business writes are not run again, the value comes back', async () => {
     const execution = await begin('lost-commit')
     let runs = 0
-    const cut = proxy.dropNextAnswerTo('COMMIT')
+    const cut = proxy.cutNextAnswer({ to: 'COMMIT' })
     const value = await execution.completeInTransaction(async (tx) => {
       runs++
       await tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: ['ch_commit'] })
@@ -78,7 +78,7 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
     const dead = await direct.begin(input('lost-take-over'))
     if (dead.kind !== 'execute') throw new Error(dead.kind)
     await ageClaim(db, 'u1', 'lost-take-over')
-    const cut = proxy.dropNextAnswerTo('_take_over')
+    const cut = proxy.cutNextAnswer({ to: '_take_over' })
     const taker = await begin('lost-take-over')
     await cut
     expect(taker.how).toBe('take-over')

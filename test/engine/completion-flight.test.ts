@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest, type WriteStatement } from '../../src/index.js'
 import { createPostgresStore, withTransaction } from '../../src/store/postgres/index.js'
 import { useChargesDatabase } from '../helpers/completion.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
 
 // Issue 11: `complete(response, { statements })` sends BEGIN, the fenced completion, the business
@@ -163,10 +163,10 @@ describe('statements as they may be written', () => {
 })
 
 describe('a flight whose answer is lost with the connection (issue 8, path 16)', () => {
-  let proxy: DatabaseProxy
+  let proxy: TcpProxy
   let pool: pg.Pool
   beforeAll(async () => {
-    proxy = await startDatabaseProxy(world.db.url)
+    proxy = await startTcpProxy(world.db.url)
     pool = new pg.Pool({ connectionString: proxy.url, max: 3, pipeline: true })
     pool.on('error', () => undefined)
   })
@@ -180,7 +180,7 @@ describe('a flight whose answer is lost with the connection (issue 8, path 16)',
   it('after its COMMIT: ends completed with its writes once, the landed flight read back, never sent again', async () => {
     const execution = owned(await engine().begin({ scope: 'u1', key: 'flight-cut', fingerprint }))
     // The answers are dropped from the flight on, and the connection cut once COMMIT has answered.
-    const cut = proxy.dropNextAnswerTo('complete_in_flight', 'COMMIT')
+    const cut = proxy.cutNextAnswer({ to: 'complete_in_flight', until: 'COMMIT' })
     // A second run of this INSERT would fail on the primary key: only one run can end completed.
     await execution.complete(jsonResponse(201, '{}'), { statements: [insertCharge('ch_flight_cut')] })
     await cut
@@ -190,7 +190,7 @@ describe('a flight whose answer is lost with the connection (issue 8, path 16)',
   it('before its COMMIT: nothing landed, the flight is sent again and lands once', async () => {
     const execution = owned(await engine().begin({ scope: 'u1', key: 'flight-cut-early', fingerprint }))
     // Cut at the first answer, BEGIN's: the server loses the connection before the COMMIT.
-    const cut = proxy.dropNextAnswerTo('complete_in_flight')
+    const cut = proxy.cutNextAnswer({ to: 'complete_in_flight' })
     await execution.complete(jsonResponse(201, '{}'), { statements: [insertCharge('ch_flight_cut_early')] })
     await cut
     expect({ charge: await charges('ch_flight_cut_early'), key: await status('flight-cut-early'), state: execution.state }).toEqual({ charge: 1, key: 'completed', state: 'completed' })

@@ -3,15 +3,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest, isOncelyError, type Execution } from '../../src/index.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
 
 let db: TestDatabase
-let proxy: DatabaseProxy
+let proxy: TcpProxy
 let pool: pg.Pool
 beforeAll(async () => {
   db = await createTestDatabase()
-  proxy = await startDatabaseProxy(db.url)
+  proxy = await startTcpProxy(db.url)
   pool = new pg.Pool({ connectionString: proxy.url, max: 25, connectionTimeoutMillis: 1000 })
   // Idle connections are cut with the proxy: the pool reports it, the store's statements retry.
   pool.on('error', () => undefined)

@@ -166,7 +166,7 @@ describe('keys', () => {
     ['x'.repeat(256), false],
     ['order-42:charge', true],
     ['"8e03978e-40d5-43e8-bc93-6894a57f9324"', true],
-    ['"unterminated', true],
+    ['"unterminated', false],
     ['"in\\"ner"', true],
     ['"bad"quote"', false],
     ['caf\u00e9', false],

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { OncelyError, createEngine, engineChannelName, fingerprintRequest, isOncelyError, type EngineEvent } from '../../src/index.js'
 import { createPostgresStore, withTransaction, type PostgresStore } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
 
 // What an execution does at its edges (issue 13): the options it refuses, what a worker that lost
@@ -12,12 +12,12 @@ import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/en
 // answer was lost.
 
 let db: TestDatabase
-let proxy: DatabaseProxy
+let proxy: TcpProxy
 let proxied: pg.Pool
 beforeAll(async () => {
   db = await createTestDatabase()
   await db.pool.query('CREATE TABLE charges (id text PRIMARY KEY)')
-  proxy = await startDatabaseProxy(db.url)
+  proxy = await startTcpProxy(db.url)
   proxied = new pg.Pool({ connectionString: proxy.url, max: 4 })
   proxied.on('error', () => undefined)
 })
@@ -319,7 +319,7 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
 
   it('a release: the key is free, the execution released', async () => {
     const execution = owned(await proxiedEngine().begin(input('lost-answer-release')))
-    const cut = proxy.dropNextAnswerTo('_release')
+    const cut = proxy.cutNextAnswer({ to: '_release' })
     await execution.release()
     await cut
     expect(execution.state).toBe('released')
@@ -328,7 +328,7 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
 
   it('a suspension: the claim kept, the execution suspended', async () => {
     const execution = owned(await proxiedEngine().begin(input('lost-answer-suspend')))
-    const cut = proxy.dropNextAnswerTo('_suspend')
+    const cut = proxy.cutNextAnswer({ to: '_suspend' })
     await execution.suspend()
     await cut
     expect(execution.state).toBe('suspended')

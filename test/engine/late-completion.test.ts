@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest } from '../../src/index.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { jsonResponse, keyTable, owned } from '../helpers/engine.js'
 
 // Issue 22, point 3: a completion whose COMMIT reaches the database after its worker stopped
@@ -12,12 +12,12 @@ import { jsonResponse, keyTable, owned } from '../helpers/engine.js'
 // locked, so the repeat's fence fails on the worker's own completion. It must be recognised as
 // the worker's own landing (its token and its outcome on the row), not reported as a take-over.
 let db: TestDatabase
-let proxy: DatabaseProxy
+let proxy: TcpProxy
 let pool: pg.Pool
 beforeAll(async () => {
   db = await createTestDatabase()
   await db.pool.query('CREATE TABLE landings (attempt integer NOT NULL)')
-  proxy = await startDatabaseProxy(db.url)
+  proxy = await startTcpProxy(db.url)
   pool = new pg.Pool({ connectionString: proxy.url, max: 4, connectionTimeoutMillis: 2000 })
   pool.on('error', () => undefined)
 })

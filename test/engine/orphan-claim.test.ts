@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest, isOncelyError, type Fence } from '../../src/index.js'
 import { createPostgresStore, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { deferred } from '../helpers/deferred.js'
 import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
 
@@ -13,11 +13,11 @@ import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/en
 // effects may have happened. Nobody ever held its token, so nobody can have acted on it: the
 // engine lets it go in the background.
 let db: TestDatabase
-let proxy: DatabaseProxy
+let proxy: TcpProxy
 let pool: pg.Pool
 beforeAll(async () => {
   db = await createTestDatabase()
-  proxy = await startDatabaseProxy(db.url)
+  proxy = await startTcpProxy(db.url)
   pool = new pg.Pool({ connectionString: proxy.url, max: 4, connectionTimeoutMillis: 2000 })
   pool.on('error', () => undefined)
 })

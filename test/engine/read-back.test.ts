@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, engineChannelName, fingerprintRequest, isOncelyError, type Execution } from '../../src/index.js'
 import { createPostgresStore, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { deferred } from '../helpers/deferred.js'
 import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
 
@@ -15,12 +15,12 @@ import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/en
 // checks the worker does not take that change for its own.
 
 let db: TestDatabase
-let proxy: DatabaseProxy
+let proxy: TcpProxy
 let proxied: pg.Pool
 beforeAll(async () => {
   db = await createTestDatabase()
   await db.pool.query('CREATE TABLE charges (id text PRIMARY KEY)')
-  proxy = await startDatabaseProxy(db.url)
+  proxy = await startTcpProxy(db.url)
   proxied = new pg.Pool({ connectionString: proxy.url, max: 2 })
   proxied.on('error', () => undefined)
 })

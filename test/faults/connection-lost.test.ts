@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../helpers/database-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { REPO_ROOT } from '../helpers/processes.js'
 import { versionIndependentPass } from '../helpers/test-passes.js'
 
@@ -13,12 +13,12 @@ import { versionIndependentPass } from '../helpers/test-passes.js'
 // engine's error, never in a dead process. The cut is on the
 // client's side of the socket, the same on every PostgreSQL, so this runs in one pass.
 let db: TestDatabase
-let proxy: DatabaseProxy
+let proxy: TcpProxy
 
 beforeAll(async () => {
   if (!versionIndependentPass) return
   db = await createTestDatabase()
-  proxy = await startDatabaseProxy(db.url)
+  proxy = await startTcpProxy(db.url)
 })
 
 afterAll(async () => {
@@ -42,12 +42,12 @@ describe.skipIf(!versionIndependentPass)('the database connection lost inside th
       })
       void exited.then(() => reject(new Error(`the worker exited early:\n${stdout}\n${stderr}`)))
     })
-    await proxy.down()
+    proxy.cut()
     // Lets the worker's transaction go on to its COMMIT on the dead connection; the database
     // comes back half a second later, while the engine may still be retrying the completion.
     child.stdin.end('go\n')
     await new Promise((resolve) => setTimeout(resolve, 500))
-    await proxy.up()
+    proxy.restore()
     const { code } = await exited
     // Alive, and the completion either landed on a retry or was refused with the engine's error.
     expect({ code, said: stdout.trim().split('\n').at(-1) }, stderr).toEqual({ code: 0, said: expect.stringMatching(/^(completed|rejected: ONCELY_)/) as unknown })

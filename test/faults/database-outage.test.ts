@@ -42,7 +42,7 @@ describe.skipIf(!versionIndependentPass)('the database down for a second with re
     await serviceWaitsOnLocks(bed, Math.ceil(inCompletion.length / 2))
 
     // The database goes away: every connection cut, new ones refused.
-    await bed.proxy.down()
+    bed.proxy.cut()
     await bed.admin.query('COMMIT')
     bed.gate.release()
     const downAt = performance.now()
@@ -50,7 +50,7 @@ describe.skipIf(!versionIndependentPass)('the database down for a second with re
     for (const key of whileDown) duringOutage.push(await send(bed, user, key))
     const stillDown = performance.now() - downAt
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, 1000 - stillDown)))
-    await bed.proxy.up()
+    bed.proxy.restore()
 
     const inFlight = await Promise.all([...stepping, ...completing])
     // Asked while it was down, the service says so and when to come back.

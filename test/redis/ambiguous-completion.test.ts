@@ -4,7 +4,7 @@ import { createEngine, fingerprintRequest, type Engine } from '../../src/index.j
 import { createRedisCache, withRedisCache } from '../../src/redis/index.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { jsonResponse, owned } from '../helpers/engine.js'
 import { redisForTests, testRedis } from './support/test-redis.js'
 
@@ -17,13 +17,13 @@ const availability = await redisForTests()
 
 describe.skipIf(!availability.run)('the Redis cache after an ambiguous completion', () => {
   let db: TestDatabase
-  let proxy: DatabaseProxy
+  let proxy: TcpProxy
   let pool: pg.Pool
   let client: Awaited<ReturnType<typeof testRedis>>
   let engine: Engine<Queryable>
   beforeAll(async () => {
     db = await createTestDatabase()
-    proxy = await startDatabaseProxy(db.url)
+    proxy = await startTcpProxy(db.url)
     pool = new pg.Pool({ connectionString: proxy.url, max: 4, connectionTimeoutMillis: 2000 })
     pool.on('error', () => undefined)
     client = await testRedis()
@@ -47,7 +47,7 @@ describe.skipIf(!availability.run)('the Redis cache after an ambiguous completio
     it(`${name}: the retry gets the replay, not a 409`, async () => {
       const key = `ambiguous-${name}`
       const execution = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
-      const cut = proxy.dropNextAnswerTo(name === 'complete' ? '_complete' : 'COMMIT')
+      const cut = proxy.cutNextAnswer({ to: name === 'complete' ? '_complete' : 'COMMIT' })
       await finish(execution)
       await cut
       expect(execution.state).toBe('completed')

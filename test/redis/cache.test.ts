@@ -1,8 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createRedisCache, type RedisCache, type SettledSnapshot } from '../../src/redis/cache.js'
 import { encodeEntry } from '../../src/redis/entry.js'
-import { startRedisProxy, type RedisProxy } from './support/redis-proxy.js'
-import { REDIS_ADDRESS, redisForTests, testRedis } from './support/test-redis.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
+import { REDIS_URL, redisForTests, testRedis } from './support/test-redis.js'
 
 // The Redis half of oncely/redis against the machine's real Redis, under a prefix of this file's
 // own: what it stores, how long, and that nothing it did not write (or wrote for another key,
@@ -167,26 +167,26 @@ describe.skipIf(!availability.run)('the Redis cache with clocks that disagree', 
 })
 
 describe.skipIf(!availability.run)('the Redis cache when Redis fails', () => {
-  let proxy: RedisProxy
+  let proxy: TcpProxy
   let client: Awaited<ReturnType<typeof testRedis>>
   let cache: RedisCache
   const errors: unknown[] = []
 
   beforeAll(async () => {
-    proxy = await startRedisProxy(REDIS_ADDRESS)
+    proxy = await startTcpProxy(REDIS_URL)
     client = await testRedis(proxy.port)
     cache = createRedisCache({ redis: client.redis, secret: SECRET, prefix: client.prefix, timeoutMs: 100, onError: (error) => errors.push(error) })
     await client.redis.ping()
   })
   afterAll(async () => {
-    proxy?.set('forward')
+    proxy?.restore()
     await client?.close()
     await proxy?.close()
   })
 
   it('stopped: every command is a miss at once, reported to onError, never thrown', async () => {
     await cache.rememberSettled(settled('d1'), 0, false)
-    proxy.set('down')
+    proxy.cut()
     const before = errors.length
     const started = performance.now()
     expect(await cache.read('u1', 'd1')).toBeUndefined()
@@ -197,18 +197,18 @@ describe.skipIf(!availability.run)('the Redis cache when Redis fails', () => {
     // The client may not have seen its connection die yet (still 'ready' on a stream that cannot
     // be written): wait for the connection it makes anew.
     const reconnected = new Promise((resolve) => client.redis.once('ready', resolve))
-    proxy.set('forward')
+    proxy.restore()
     await reconnected
   })
 
   it('hanging: a command that does not answer is a miss after timeoutMs', async () => {
     // Back after the outage above: reconnected before the next one.
     if (client.redis.status !== 'ready') await new Promise((resolve) => client.redis.once('ready', resolve))
-    proxy.set('hang')
+    proxy.stall()
     const before = errors.length
     expect(await cache.read('u1', 'h1')).toBeUndefined()
     expect(errors.length).toBe(before + 1)
     expect(String(errors.at(-1))).toContain('did not answer within 100 ms')
-    proxy.set('forward')
+    proxy.restore()
   })
 })

@@ -6,8 +6,8 @@ import { createPostgresStore, type Queryable } from '../../src/store/postgres/in
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { keyTable } from '../helpers/engine.js'
-import { startRedisProxy, type RedisProxy } from './support/redis-proxy.js'
-import { REDIS_ADDRESS, redisForTests, testRedis } from './support/test-redis.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
+import { REDIS_URL, redisForTests, testRedis } from './support/test-redis.js'
 
 // oncely/redis in front of the real PostgreSQL store, on the real Redis behind a proxy of this
 // file's own. Every answer is compared with what PostgreSQL alone answers for the same request
@@ -20,7 +20,7 @@ const response: StoredResponse = { status: 201, headers: [['content-type', 'appl
 
 describe.skipIf(!availability.run)('withRedisCache', () => {
   let db: TestDatabase
-  let proxy: RedisProxy
+  let proxy: TcpProxy
   let client: Awaited<ReturnType<typeof testRedis>>
   let cache: RedisCache
   let counter: ReturnType<typeof countingPool>
@@ -44,7 +44,7 @@ describe.skipIf(!availability.run)('withRedisCache', () => {
 
   beforeAll(async () => {
     db = await createTestDatabase()
-    proxy = await startRedisProxy(REDIS_ADDRESS)
+    proxy = await startTcpProxy(REDIS_URL)
     client = await testRedis(proxy.port)
     cache = createRedisCache({ redis: client.redis, secret: SECRET, prefix: client.prefix, namespace: db.schema, staleAfterMs: 10_000, inFlightMaxMs: 5000 })
     counter = countingPool(db.pool)
@@ -52,7 +52,7 @@ describe.skipIf(!availability.run)('withRedisCache', () => {
     plain = createEngine<Queryable>({ store: createPostgresStore({ pool: db.pool, schema: db.schema }), staleAfterMs: 10_000, ttlMs: 60_000 })
   })
   afterAll(async () => {
-    proxy?.set('forward')
+    proxy?.restore()
     await client?.close()
     await proxy?.close()
     await db?.close()
@@ -171,7 +171,7 @@ describe.skipIf(!availability.run)('withRedisCache', () => {
   it('Redis stopped mid-run: every answer comes from PostgreSQL, and is the same', async () => {
     const done = newKey()
     await completed(done)
-    proxy.set('down')
+    proxy.cut()
     try {
       const running = newKey()
       const owner = await begin(engine, running)
@@ -182,7 +182,7 @@ describe.skipIf(!availability.run)('withRedisCache', () => {
       if (owner.kind === 'execute') await owner.execution.complete(response)
       expect((await begin(engine, running)).kind).toBe('replay')
     } finally {
-      proxy.set('forward')
+      proxy.restore()
     }
     if (client.redis.status !== 'ready') await new Promise((resolve) => client.redis.once('ready', resolve))
     expect((await begin(engine, done)).kind).toBe('replay')

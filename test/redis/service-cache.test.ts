@@ -3,8 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { providerCharges, startProvider, startService, type TestProcess } from '../helpers/processes.js'
 import { charge, newUser, post } from '../service/support/api.js'
-import { startRedisProxy, type RedisProxy } from './support/redis-proxy.js'
-import { REDIS_ADDRESS, redisForTests } from './support/test-redis.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
+import { REDIS_ADDRESS, REDIS_URL, redisForTests } from './support/test-redis.js'
 
 // The reference service with REDIS_URL, as a black box: the answers are the same with Redis,
 // when it stops mid-run, when it is flushed, and when it holds entries it did not write.
@@ -15,7 +15,7 @@ const CONSOLE_TOKEN = 'the service test console token'
 describe.skipIf(!availability.run)('the reference service with REDIS_URL', () => {
   let db: TestDatabase
   let provider: TestProcess
-  let proxy: RedisProxy
+  let proxy: TcpProxy
   let service: TestProcess
   let admin: Redis
   const users: string[] = []
@@ -30,14 +30,14 @@ describe.skipIf(!availability.run)('the reference service with REDIS_URL', () =>
   beforeAll(async () => {
     db = await createTestDatabase()
     provider = await startProvider()
-    proxy = await startRedisProxy(REDIS_ADDRESS)
+    proxy = await startTcpProxy(REDIS_URL)
     admin = new Redis({ ...REDIS_ADDRESS, maxRetriesPerRequest: 1 })
     service = await startService({
       databaseUrl: db.url,
       schema: db.schema,
       providerUrl: provider.url,
       staleAfterMs: 10_000,
-      env: { REDIS_URL: `redis://127.0.0.1:${proxy.port}`, ONCELY_CACHE_SECRET: 'the service test secret', CONSOLE_TOKEN },
+      env: { REDIS_URL: proxy.url, ONCELY_CACHE_SECRET: 'the service test secret', CONSOLE_TOKEN },
     })
   })
   afterAll(async () => {
@@ -89,7 +89,7 @@ describe.skipIf(!availability.run)('the reference service with REDIS_URL', () =>
   it('Redis stopped mid-run: the same answers, from PostgreSQL', async () => {
     const id = user()
     const first = await post(service.url, { user: id, key: 's-1' })
-    proxy.set('down')
+    proxy.cut()
     try {
       const replay = await post(service.url, { user: id, key: 's-1' })
       expect(replay.text).toBe(first.text)
@@ -97,7 +97,7 @@ describe.skipIf(!availability.run)('the reference service with REDIS_URL', () =>
       expect(fresh.status).toBe(201)
       expect((await post(service.url, { user: id, key: 's-2' })).text).toBe(fresh.text)
     } finally {
-      proxy.set('forward')
+      proxy.restore()
     }
     expect((await post(service.url, { user: id, key: 's-1' })).text).toBe(first.text)
     expect(await providerCharges(provider.url, id)).toHaveLength(2)

@@ -1,27 +1,11 @@
 import { connect } from 'node:net'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { providerCharges, startProvider, startService, type TestProcess } from '../helpers/processes.js'
+import { describe, expect, it } from 'vitest'
+import { providerCharges } from '../helpers/processes.js'
 import { charge, get, isProblem, newUser, post } from './support/api.js'
+import { useService } from './support/service-fixture.js'
 
 // Bad input never yields a 500 or a dead process, and /healthz stays 200 after.
-let db: TestDatabase
-let provider: TestProcess
-let service: TestProcess
-let api: string
-
-beforeAll(async () => {
-  db = await createTestDatabase()
-  provider = await startProvider()
-  service = await startService({ databaseUrl: db.url, schema: db.schema, providerUrl: provider.url })
-  api = service.url
-})
-
-afterAll(async () => {
-  await service?.stop()
-  await provider?.stop()
-  await db?.close()
-})
+const world = useService()
 
 /**
  * Sends raw bytes on a fresh socket and resolves to the status line's code (0 if the server just
@@ -29,7 +13,7 @@ afterAll(async () => {
  * request that runs (`Connection: close` on it) keeps it open until the server closes.
  */
 function raw(request: Buffer, halfClose = true): Promise<number> {
-  const { hostname, port } = new URL(api)
+  const { hostname, port } = new URL(world.api)
   return new Promise((resolve, reject) => {
     const socket = connect(Number(port), hostname)
     let received = ''
@@ -46,7 +30,7 @@ function statusOf(response: string): number {
 }
 
 function rawCharge(headerLines: Buffer[], body = charge()): Buffer {
-  const { host } = new URL(api)
+  const { host } = new URL(world.api)
   return Buffer.concat([
     Buffer.from(`POST /v1/charges HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer demo_7\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n`),
     ...headerLines.flatMap((line) => [line, Buffer.from('\r\n')]),
@@ -59,19 +43,19 @@ describe('bad input', () => {
   it('non-JSON and malformed bodies: 400 problems', async () => {
     const user = newUser()
     for (const body of ['', 'null', '{', '\u0000\u0001\u0002', 'amount=1000&currency=usd', '{"amount":1e400,"currency":"usd","customer":"c"}']) {
-      const answer = await post(api, { user, key: `bad-${body.length}`, body })
+      const answer = await post(world.api, { user, key: `bad-${body.length}`, body })
       expect(isProblem(answer, 400), JSON.stringify(body)).toBe(true)
     }
   })
 
   it('a 2 MB body: 413 problem', async () => {
     const body = JSON.stringify({ amount: 1000, currency: 'usd', customer: 'x'.repeat(2 * 1024 * 1024) })
-    const answer = await post(api, { user: newUser(), key: 'big-1', body })
+    const answer = await post(world.api, { user: newUser(), key: 'big-1', body })
     expect(isProblem(answer, 413)).toBe(true)
   })
 
   it('a chunked body (no Content-Length) is read and counted by the body limit: 201 small, 413 past the limit', async () => {
-    const { host } = new URL(api)
+    const { host } = new URL(world.api)
     const chunked = (key: string, body: string) => {
       const chunks = [body.slice(0, 10), body.slice(10)].filter((part) => part.length > 0)
       return Buffer.from(
@@ -106,7 +90,7 @@ describe('bad input', () => {
 
   it('1,000 distinct keys at once: no 500, each key charged once', async () => {
     const user = newUser()
-    const burst = (i: number) => post(api, { user, key: `burst-${i}` })
+    const burst = (i: number) => post(world.api, { user, key: `burst-${i}` })
     let answers = await Promise.all(Array.from({ length: 1000 }, (_, i) => burst(i)))
     // One customer's completions take turns (its events keep their order, docs/outbox.md), so an
     // overloaded pool may answer a few with a retryable 503: a client retries those with the same
@@ -121,13 +105,13 @@ describe('bad input', () => {
     const statuses = new Map<number, number>()
     for (const answer of answers) statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1)
     expect(Object.fromEntries(statuses)).toEqual({ 201: 1000 })
-    expect(await providerCharges(provider.url, user)).toHaveLength(1000)
+    expect(await providerCharges(world.provider.url, user)).toHaveLength(1000)
   })
 
   it('afterwards the process is alive and /healthz is 200', async () => {
-    expect(service.child.exitCode).toBeNull()
-    expect(service.child.signalCode).toBeNull()
-    expect((await get(api, '/healthz')).status).toBe(200)
-    expect(service.stderr()).not.toMatch(/internal error/)
+    expect(world.service.child.exitCode).toBeNull()
+    expect(world.service.child.signalCode).toBeNull()
+    expect((await get(world.api, '/healthz')).status).toBe(200)
+    expect(world.service.stderr()).not.toMatch(/internal error/)
   })
 })

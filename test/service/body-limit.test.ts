@@ -2,17 +2,11 @@ import { request } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { Server } from 'node:http'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { countConstructions } from '../helpers/count-constructions.js'
 
 // Counts every web `Request` built in this module graph. `@hono/node-server` takes `Request`
 // from the global when it loads, so the counter goes in before it is imported.
-const OriginalRequest = globalThis.Request
-let built = 0
-globalThis.Request = class CountingRequest extends OriginalRequest {
-  constructor(...args: ConstructorParameters<typeof Request>) {
-    super(...args)
-    built++
-  }
-}
+const requests = countConstructions('Request')
 const { serve } = await import('@hono/node-server')
 const { Hono } = await import('hono')
 const { bodyLimitByLength } = await import('../../src/reference-service/body-limit.js')
@@ -31,7 +25,7 @@ beforeAll(async () => {
 })
 
 afterAll(async () => {
-  globalThis.Request = OriginalRequest
+  requests.restore()
   await new Promise((resolve) => server.close(resolve))
 })
 
@@ -53,10 +47,10 @@ function post(body: string, framing: 'length' | 'chunked'): Promise<{ status: nu
 
 describe('the service body limit (issue 21)', () => {
   it('judges a body with a Content-Length by its header, and never builds a web Request for it', async () => {
-    built = 0
+    requests.reset()
     expect(await post('x'.repeat(64), 'length')).toEqual({ status: 200, text: 'read 64' })
     expect(await post('x'.repeat(65), 'length')).toEqual({ status: 413, text: 'too large' })
-    expect(built).toBe(0)
+    expect(requests.count()).toBe(0)
   })
 
   it('counts a chunked body as it arrives, as Hono’s own limit does', async () => {

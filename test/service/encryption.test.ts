@@ -1,39 +1,26 @@
 import { randomBytes } from 'node:crypto'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { resolveServiceConfig, ConfigError } from '../../src/reference-service/config.js'
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { keyTable } from '../helpers/engine.js'
-import { providerCharges, startProvider, startService, type TestProcess } from '../helpers/processes.js'
+import { providerCharges } from '../helpers/processes.js'
 import { charge, newUser, post } from './support/api.js'
+import { useService } from './support/service-fixture.js'
 
 // The reference service with ONCELY_ENCRYPTION_KEYS (issue 23): its stored responses and step
 // results are not in clear in PostgreSQL, and replays are the first answer, byte for byte.
 const keyA = randomBytes(32).toString('base64')
-let db: TestDatabase
-let provider: TestProcess
-let service: TestProcess
-
-beforeAll(async () => {
-  db = await createTestDatabase()
-  provider = await startProvider()
-  service = await startService({ databaseUrl: db.url, schema: db.schema, providerUrl: provider.url, env: { ONCELY_ENCRYPTION_KEYS: `A:${keyA}` } })
-}, 60_000)
-afterAll(async () => {
-  await service?.stop()
-  await provider?.stop()
-  await db?.close()
-})
+const world = useService({ service: { env: { ONCELY_ENCRYPTION_KEYS: `A:${keyA}` } }, startTimeoutMs: 60_000 })
 
 describe('the reference service, encrypted at rest', () => {
   it('stores the charge encrypted and replays it verbatim', async () => {
     const user = newUser()
-    const first = await post(service.url, { user, key: 'enc-1', body: charge('cus_enc_secret', 1234) })
+    const first = await post(world.service.url, { user, key: 'enc-1', body: charge('cus_enc_secret', 1234) })
     expect(first.status).toBe(201)
-    const again = await post(service.url, { user, key: 'enc-1', body: charge('cus_enc_secret', 1234) })
+    const again = await post(world.service.url, { user, key: 'enc-1', body: charge('cus_enc_secret', 1234) })
     expect(again.headers.get('idempotent-replayed')).toBe('true')
     expect(again.text).toBe(first.text)
-    expect(await providerCharges(provider.url, user)).toHaveLength(1)
-    const { rows } = await db.pool.query<{ body: Buffer; phases: unknown }>(`SELECT response_body AS body, step_results AS phases FROM ${keyTable(db)} WHERE scope = $1 AND key = 'enc-1'`, [user])
+    expect(await providerCharges(world.provider.url, user)).toHaveLength(1)
+    const { rows } = await world.db.pool.query<{ body: Buffer; phases: unknown }>(`SELECT response_body AS body, step_results AS phases FROM ${keyTable(world.db)} WHERE scope = $1 AND key = 'enc-1'`, [user])
     expect(rows).toHaveLength(1)
     expect(rows[0]?.body.includes('cus_enc_secret')).toBe(false)
     expect(JSON.stringify(rows[0]?.phases)).not.toContain('cus_enc_secret')

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { logKey } from '../../src/index.js'
 import { resolveServiceConfig } from '../../src/reference-service/config.js'
 import { startService, type RunningService } from '../../src/reference-service/service.js'
-import { startOutageProxy, type OutageProxy } from '../adapters/support/outage-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { startProvider, type TestProcess } from '../helpers/processes.js'
 import { charge, newUser, post } from './support/api.js'
@@ -19,14 +19,14 @@ interface LogRecord {
 
 let db: TestDatabase
 let provider: TestProcess
-let proxy: OutageProxy
+let proxy: TcpProxy
 let service: RunningService
 const records: LogRecord[] = []
 
 beforeAll(async () => {
   db = await createTestDatabase()
   provider = await startProvider()
-  proxy = await startOutageProxy(db.url)
+  proxy = await startTcpProxy(db.url)
   const record = (level: string) => (fields: Record<string, unknown>, message: string) => void records.push({ level, fields, message })
   const config = resolveServiceConfig({}, { port: 0, databaseUrl: proxy.url, schema: db.schema, providerUrl: provider.url, reconcileAfterMs: 0, relay: false })
   service = await startService(config, { info: record('info'), warn: record('warn'), error: record('error') })

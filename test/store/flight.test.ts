@@ -2,18 +2,18 @@ import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { flight, isPipelining, transaction } from '../../src/store/postgres/statement-runner.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 
 // Issue 11: the store's transactions sent whole (`flight`) and statement by statement
 // (`transaction`) on the connections they check out: the store's timeout on every statement, a
 // broken connection never given back to the pool, no listener left behind.
 
 let db: TestDatabase
-let proxy: DatabaseProxy
+let proxy: TcpProxy
 beforeAll(async () => {
   db = await createTestDatabase()
   await db.pool.query('CREATE TABLE marks (id text PRIMARY KEY)')
-  proxy = await startDatabaseProxy(db.url)
+  proxy = await startTcpProxy(db.url)
 })
 afterAll(async () => {
   await proxy.close()

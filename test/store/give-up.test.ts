@@ -6,7 +6,7 @@ import { createOutbox } from '../../src/outbox/index.js'
 import { createPostgresStore, withTransaction, type Queryable } from '../../src/store/postgres/index.js'
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../helpers/db-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { storeClaim } from '../helpers/engine.js'
 
 // How the store gives up (issue 13, the survivors of src/store/postgres/statement-runner.ts in
@@ -15,10 +15,10 @@ import { storeClaim } from '../helpers/engine.js'
 // are destroyed, and what is left running once a statement has answered.
 
 let db: TestDatabase
-let proxy: DatabaseProxy
+let proxy: TcpProxy
 beforeAll(async () => {
   db = await createTestDatabase()
-  proxy = await startDatabaseProxy(db.url)
+  proxy = await startTcpProxy(db.url)
 })
 afterAll(async () => {
   await proxy.close()

@@ -5,11 +5,13 @@ import { createTestDatabase, partitionTestDatabases, type TestDatabase } from '.
 // The engine's whole path on a key table hash-partitioned by scope (issue 24, point 6): the
 // tests of two existing files, run again here on databases `migrate({ partitions: 4 })` made.
 // decisions.test.ts: claim, replay, conflict, take-over, release, suspend and resume, expiry
-// and reclaim; store-writes.test.ts: the fenced writes, the sweeper's deletes, the stale count
-// and the completion flight with its lost fence (oncely_fence_lost). The outbox and inbox are
-// not partitioned (docs/scale-out.md), so the relay's tests are not repeated.
+// and reclaim; store-conformance.test.ts: the store port's whole contract (claim, fenced writes,
+// completion, lease, take-over, release, suspend, expiry); store-writes.test.ts: the sweeper's
+// deletes, the stale count and the completion flight with its lost fence (oncely_fence_lost).
+// The outbox and inbox are not partitioned (docs/scale-out.md), so the relay's tests are not repeated.
 partitionTestDatabases(4)
 await import('../engine/decisions.test.js')
+await import('./store-conformance.test.js')
 await import('./store-writes.test.js')
 
 describe('the databases these tests ran on', () => {

@@ -9,8 +9,9 @@ import { keyTable, storeClaim } from '../helpers/engine.js'
 
 // The store's own paths that no engine test reaches on purpose (issue 13, the survivors of
 // src/store/postgres/store.ts in docs/mutation-report.md): the claim loop's second round and its
-// two ways out, the client-side timeout kept out of the caller's transaction, the values of
-// markStepStarted and countClaimsOlderThan, and which errors are transient.
+// two ways out, the client-side timeout kept out of the caller's transaction, the value of
+// countClaimsOlderThan, and which errors are transient. What markStepStarted records is a case
+// of the port's conformance table (test/store/conformance.ts).
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -273,30 +274,7 @@ describe('the client-side timeout: the store’s own statements, never the calle
   })
 })
 
-describe('the values of the fenced and counting statements', () => {
-  it('markStepStarted records the step, carries deferred results and their recovery point, and is fenced', async () => {
-    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
-    const scope = 'mark-step'
-    const key = randomUUID()
-    const claimed = await storeClaim(store, { scope, key, fingerprint })
-    if (claimed.kind !== 'claimed') throw new Error('the key was not free')
-    const fence = { scope, key, fenceToken: claimed.claim.fenceToken }
-    expect(await store.markStepStarted(fence, 'charge', { phases: { quote: { price: 3 } }, recoveryPoint: 'quote' })).toBe(true)
-    let snapshot = await store.read(scope, key)
-    expect(snapshot?.startedSteps).toEqual(['charge'])
-    expect(snapshot?.phases).toEqual({ quote: { price: 3 } })
-    expect(snapshot?.recoveryPoint).toBe('quote')
-    // Nothing carried: the step is recorded, the phases and the recovery point stay as they were.
-    expect(await store.markStepStarted(fence, 'email')).toBe(true)
-    snapshot = await store.read(scope, key)
-    expect(snapshot?.startedSteps).toEqual(['charge', 'email'])
-    expect(snapshot?.phases).toEqual({ quote: { price: 3 } })
-    expect(snapshot?.recoveryPoint).toBe('quote')
-    // Another token: nothing written.
-    expect(await store.markStepStarted({ ...fence, fenceToken: randomUUID() }, 'refund')).toBe(false)
-    expect((await store.read(scope, key))?.startedSteps).toEqual(['charge', 'email'])
-  })
-
+describe('the counting statements', () => {
   it('countClaimsOlderThan counts in_progress claims by their age, fresh lease or not', async () => {
     const scope = `older-${randomUUID().slice(0, 8)}`
     // A schema of its own would be cleaner; the count is over the whole table, so compare before and after.

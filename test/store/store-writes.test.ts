@@ -8,9 +8,10 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { keyTable, storeClaim } from '../helpers/engine.js'
 
 // What the store writes and counts (issue 13, the survivors of src/store/postgres/store.ts in
-// docs/mutation-report.md): a step's result and a suspension's error as stored, the sweep and the
-// stale count's threshold, a flight's write without values, a flight's lost fence told by its
-// SQLSTATE and not by its message (issue 24), and options that are not an object.
+// docs/mutation-report.md): the sweep and the stale count's threshold, a flight's write without
+// values, a flight's lost fence told by its SQLSTATE and not by its message (issue 24), and
+// options that are not an object. A step's result and a suspension's error as stored are cases of
+// the port's conformance table (test/store/conformance.ts).
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -42,28 +43,6 @@ describe('createPostgresStore', () => {
       expect(error).toMatchObject({ code: 'ONCELY_INVALID_OPTION' })
       expect((error as Error).message).toMatch(/^option options must be an object \{ pool, schema\? \}; got /)
     }
-  })
-})
-
-describe('the values the fenced statements store', () => {
-  it('commitPhase stores the step’s result as it was returned, and null for a step that returned nothing', async () => {
-    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
-    const fence = await claimed(store, 'commit-phase')
-    expect(await store.commitPhase(fence, 'quote', { price: 3, currency: 'eur' })).toBe(true)
-    expect(await store.commitPhase(fence, 'notify', undefined)).toBe(true)
-    const snapshot = await store.read(fence.scope, fence.key)
-    expect(snapshot?.phases).toEqual({ quote: { price: 3, currency: 'eur' }, notify: null })
-    expect(snapshot?.recoveryPoint).toBe('notify')
-  })
-
-  it('suspend stores why the outcome was not stored, and no error when none is given', async () => {
-    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
-    const withError = await claimed(store, 'suspend')
-    expect(await store.suspend(withError, 'the completion failed: 23505')).toBe(true)
-    expect(await store.read(withError.scope, withError.key)).toMatchObject({ interrupted: true, fenceToken: null, outcomeError: 'the completion failed: 23505' })
-    const withoutError = await claimed(store, 'suspend')
-    expect(await store.suspend(withoutError)).toBe(true)
-    expect(await store.read(withoutError.scope, withoutError.key)).toMatchObject({ interrupted: true, outcomeError: null })
   })
 })
 

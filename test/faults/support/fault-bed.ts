@@ -1,6 +1,6 @@
 import pg from 'pg'
 import { createTestDatabase, type TestDatabase } from '../../helpers/db.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../../helpers/database-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js'
 import { providerCharges, startProvider, startService, type TestProcess } from '../../helpers/processes.js'
 import { charge, type Answer } from '../../service/support/api.js'
 import { startHoldingGate, type HoldingGate } from './holding-gate.js'
@@ -14,7 +14,7 @@ export interface FaultBed {
   readonly db: TestDatabase
   /** A direct connection (never through the proxy) for terminating backends and taking locks. */
   readonly admin: pg.Client
-  readonly proxy: DatabaseProxy
+  readonly proxy: TcpProxy
   readonly gate: HoldingGate
   readonly service: TestProcess
   readonly provider: TestProcess
@@ -39,7 +39,7 @@ export async function startFaultBed(name: string): Promise<FaultBed> {
   const db = await createTestDatabase()
   const admin = new pg.Client({ connectionString: db.url })
   await admin.connect()
-  const proxy = await startDatabaseProxy(db.url)
+  const proxy = await startTcpProxy(db.url)
   const provider = await startProvider()
   const gate = await startHoldingGate(provider.url)
   const applicationName = `oncely_fault_${name}`

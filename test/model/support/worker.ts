@@ -2,7 +2,7 @@ import pg from 'pg'
 import { createEngine, type Engine } from '../../../src/index.js'
 import { createPostgresStore, type PoolLike, type QueryResult, type Queryable } from '../../../src/store/postgres/index.js'
 import type { TestDatabase } from '../../helpers/db.js'
-import { startDatabaseProxy, type DatabaseProxy } from '../../helpers/database-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../../helpers/tcp-proxy.js'
 
 /** The engine's timing in the model: long thresholds, a fast lease, so aging is the model's (by SQL) and renewals are real. */
 export const MODEL_TIMING = Object.freeze({ staleAfterMs: 30_000, ttlMs: 120_000, leaseRenewMs: 50 })
@@ -19,14 +19,14 @@ export interface Worker {
   readonly name: string
   readonly engine: Engine<Queryable>
   readonly alive: boolean
-  readonly proxy: DatabaseProxy
+  readonly proxy: TcpProxy
   kill(admin: pg.Client): Promise<void>
 }
 
 const NOTHING: QueryResult<never> = { rows: [], rowCount: 0 }
 
 export async function startWorker(db: TestDatabase, name: string): Promise<Worker> {
-  const proxy = await startDatabaseProxy(db.url)
+  const proxy = await startTcpProxy(db.url)
   const url = new URL(proxy.url)
   url.searchParams.set('application_name', name)
   const pool = new pg.Pool({ connectionString: url.toString(), max: 1 })

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createTestDatabase, type TestDatabase } from '../../helpers/db.js'
 import { startProvider, startService, type TestProcess } from '../../helpers/processes.js'
-import { startBrokerProxy } from './broker-proxy.js'
+import { startTcpProxy } from '../../helpers/tcp-proxy.js'
 import { BROKERS, reachable, startDownstream, type Broker } from './downstream.js'
 import { startRelayProcess } from './relay-process.js'
 import { waitUntil } from './wait.js'
@@ -119,7 +119,7 @@ export async function defineBrokerProof(broker: Broker): Promise<void> {
 
     it('(c) the broker connection is cut and comes back (a TCP proxy; the shared broker keeps running)', { timeout: 180_000 }, async () => {
       const run = await scenario('connection_cut')
-      const proxy = await startBrokerProxy(BROKERS[broker].port)
+      const proxy = await startTcpProxy(BROKERS[broker].port)
       const service = await start(serviceEnv({ EVENTS_URL: BROKERS[broker].url(proxy.port) }))
       try {
         await run.chargeAll(service, 0, CHARGES / 2)
@@ -128,7 +128,7 @@ export async function defineBrokerProof(broker: Broker): Promise<void> {
         await run.chargeAll(service, CHARGES / 2, CHARGES)
         // Nothing can have left while the broker is unreachable.
         expect((await run.downstream.applied()).total).toBe(CHARGES / 2)
-        proxy.resume()
+        proxy.restore()
         await run.verify()
         expect(proxy.connections()).toBeGreaterThan(1)
       } finally {

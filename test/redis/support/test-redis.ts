@@ -3,8 +3,11 @@ import { Redis } from 'ioredis'
 import { trackOpenHandle } from '../../setup/guard-open-handles.js'
 
 /** The machine's Redis, from `REDIS_URL` or 127.0.0.1:6379. */
+export const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379'
+
+/** The host and port of `REDIS_URL`. */
 export const REDIS_ADDRESS = (() => {
-  const url = new URL(process.env.REDIS_URL || 'redis://127.0.0.1:6379')
+  const url = new URL(REDIS_URL)
   return { host: url.hostname, port: Number(url.port || 6379) }
 })()
 
