@@ -122,7 +122,11 @@ export function captureServerResponse(res: ServerResponse, guard: ResponseSettle
 
   return async (error) => {
     if (recorder === undefined) return void (await guard.settle({ kind: 'thrown', error }))
+    if (ended) return
     await cutBy(`the handler threw: ${error instanceof Error ? error.message : String(error)}`)
+    // Whatever answers the error next (Nest's filter ends a started response) must not make the
+    // cut body look whole to the client.
+    res.destroy()
   }
 }
 
