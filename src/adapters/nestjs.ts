@@ -74,7 +74,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const thrown = captureServerResponse(res, gate.guard, this.#options.log)
     // Nest's exception filter only ends a response whose status line went out: a throw after a
     // streamed response started must cut it here, or its truncated body would be stored whole.
-    return next.handle().pipe(catchError((error: unknown) => from(thrown(error).then(() => Promise.reject(error)))))
+    const cutThenRethrow = async (error: unknown): Promise<never> => {
+      await thrown(error)
+      throw error
+    }
+    return next.handle().pipe(catchError((error: unknown) => from(cutThenRethrow(error))))
   }
 }
 Injectable()(IdempotencyInterceptor)
