@@ -17,6 +17,7 @@ export const PROBLEM_TYPES = Object.freeze({
   keyInUse: 'https://oncely.dev/problems/idempotency-key-in-use',
   keyReused: 'https://oncely.dev/problems/idempotency-key-reused',
   unauthenticated: 'https://oncely.dev/problems/unauthenticated',
+  // No longer answered (issue 23: a streamed response is recorded); kept for clients that branch on it.
   notReplayable: 'https://oncely.dev/problems/response-not-replayable',
   outcomeNotRecorded: 'https://oncely.dev/problems/outcome-not-recorded',
   storeUnavailable: 'https://oncely.dev/problems/idempotency-store-unavailable',

@@ -4,6 +4,7 @@ import type { HttpAnswer } from './answers.js'
 import { toBytes } from './body.js'
 import { keyTtlHeaders } from './key-ttl.js'
 import type { CapturedResponse } from './request-context.js'
+import { describeStreamError, StreamRecorder } from './streamed-body.js'
 
 type Callback = (error?: Error | null) => void
 type End = (chunk: Uint8Array, callback?: Callback) => void
@@ -13,20 +14,27 @@ export interface ResponseSettler {
   settle(captured: CapturedResponse): Promise<HttpAnswer | null>
   /** The fields of the request's log lines (route, scope, hashed key). */
   readonly logFields?: Readonly<LogFields>
+  /** How much of a streamed body is copied for the record. (Default: 0, a streamed body is never stored whole) */
+  readonly maxStoredBodyBytes?: number
 }
 
 /**
  * Holds a `node:http` response (Express's too) until its outcome is settled: `writeHead`,
- * `flushHeaders` and `end` are recorded instead of sent, a `write` before `end` marks the
- * response as streamed, and the first answer alone goes on the wire, as it was stored, once
- * `guard.settle` has stored it or chosen a replacement. A second answer is dropped.
+ * `flushHeaders` and `end` are recorded instead of sent, and the first answer alone goes on the
+ * wire, as it was stored, once `guard.settle` has stored it or chosen a replacement. A second
+ * answer is dropped. A `write` before `end` starts a streamed response (issue 23): the status
+ * line and each chunk go out as written, copied for the record by a `StreamRecorder`, and only
+ * the end waits for the outcome. Returns what to call when the handler throws: a throw after
+ * the stream started cuts it, and the handler is not run again.
  */
-export function captureServerResponse(res: ServerResponse, guard: ResponseSettler, log: Logger): void {
+export function captureServerResponse(res: ServerResponse, guard: ResponseSettler, log: Logger): (error: unknown) => Promise<void> {
   const original = { write: res.write.bind(res), end: res.end.bind(res), writeHead: res.writeHead.bind(res), flushHeaders: res.flushHeaders.bind(res) }
   // Headers set before the handler ran (CORS, request ids) survive a replacement answer.
   const earlier = new Set(res.getHeaderNames())
-  let streamed = false
+  let recorder: StreamRecorder | undefined
   let ended = false
+  // Ended by the connection closing or the handler throwing mid-stream, not by the handler's end.
+  let cut = false
   // The path without its query string, which may carry a token.
   const fields = () => guard.logFields ?? { route: `${res.req.method ?? ''} ${(res.req.url ?? '').split('?')[0] ?? ''}` }
   const secondAnswer = () => log.warn(fields(), 'oncely: the handler answered twice; only its first answer is sent and stored')
@@ -45,29 +53,54 @@ export function captureServerResponse(res: ServerResponse, guard: ResponseSettle
   // Issue 8 path 12: flushed headers would leave no way to send a replacement answer.
   res.flushHeaders = () => undefined
 
-  res.write = function write(_chunk: unknown, ...rest: unknown[]) {
+  const cutBy = (why: string): Promise<void> => {
+    if (ended || recorder === undefined) return Promise.resolve()
+    ended = true
+    cut = true
+    return recorder.cut(why)
+  }
+
+  const startStream = (): StreamRecorder => {
+    // The status line goes out with the first chunk: headers set later never reach the client.
+    res.writeHead = original.writeHead
+    res.flushHeaders = original.flushHeaders
+    const started = new StreamRecorder(guard, log, res.statusCode, Object.entries(res.getHeaders()), guard.maxStoredBodyBytes ?? 0)
+    res.once('close', () => {
+      const errored = (res as { errored?: unknown }).errored
+      void cutBy(errored ? describeStreamError(errored) : 'the connection closed before the handler ended it')
+    })
+    recorder = started
+    return started
+  }
+
+  res.write = function write(chunk: unknown, ...rest: unknown[]) {
     if (ended) return false
-    // A body sent in pieces is a stream: it is refused at end (docs/adapters.md).
-    streamed = true
-    const callback = rest.find((arg): arg is Callback => typeof arg === 'function')
-    if (callback) process.nextTick(callback)
-    return true
+    ;(recorder ?? startStream()).add(chunk, typeof rest[0] === 'string' ? (rest[0] as BufferEncoding) : undefined)
+    // The real return value, so a piping source waits for `drain` as it would without oncely.
+    return (original.write as (...args: unknown[]) => boolean)(chunk, ...rest)
   } as ServerResponse['write']
 
   res.end = function end(...args: unknown[]) {
     // Issue 8 path 9: the wire and the record must agree, so only the first answer counts.
     if (ended) {
-      secondAnswer()
+      if (!cut) secondAnswer()
       return res
     }
     ended = true
     const callback = args.find((arg): arg is Callback => typeof arg === 'function')
     const chunk = typeof args[0] === 'function' ? undefined : args[0]
-    const body = toBytes(chunk, typeof args[1] === 'string' ? (args[1] as BufferEncoding) : undefined)
+    const encoding = typeof args[1] === 'string' ? (args[1] as BufferEncoding) : undefined
+    if (recorder !== undefined) {
+      recorder.add(chunk, encoding)
+      // The last chunk and the end wait for the record; an unrecorded outcome cuts the connection.
+      void recorder.end().then((recorded) => (recorded ? (original.end as (...rest: unknown[]) => void)(...args) : res.destroy()))
+      return res
+    }
+    const body = toBytes(chunk, encoding)
     const status = res.statusCode
     const statusMessage = res.statusMessage
     const headers = res.getHeaders()
-    const captured: CapturedResponse = streamed ? { kind: 'streamed', status } : { kind: 'response', status, headers: Object.entries(headers), body }
+    const captured: CapturedResponse = { kind: 'response', status, headers: Object.entries(headers), body }
     void guard.settle(captured).then((replacement) => {
       res.writeHead = original.writeHead
       res.flushHeaders = original.flushHeaders
@@ -86,6 +119,15 @@ export function captureServerResponse(res: ServerResponse, guard: ResponseSettle
     })
     return res
   } as ServerResponse['end']
+
+  return async (error) => {
+    if (recorder === undefined) return void (await guard.settle({ kind: 'thrown', error }))
+    if (ended) return
+    await cutBy(`the handler threw: ${error instanceof Error ? error.message : String(error)}`)
+    // Whatever answers the error next (Nest's filter ends a started response) must not make the
+    // cut body look whole to the client.
+    res.destroy()
+  }
 }
 
 /** Sets `Idempotency-Key-TTL` on a response of a guarded route before its handler runs (none when not advertised). */

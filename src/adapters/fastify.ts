@@ -1,8 +1,10 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import { Readable } from 'node:stream'
 import type { HttpAnswer } from './answers.js'
 import { requestHasBody, toBytes } from './body.js'
 import { beginGuarded, responseClosed, headerRecord, isGuarded, keyTtlHeaders, resolveAdapterOptions, type AdapterOptions, type GuardedExecution, type IdempotencyContext, type RegisteredTx } from './http.js'
+import { passThroughWeb, StreamRecorder, type StreamLog } from './streamed-body.js'
 
 export { PROBLEM_TYPES } from './answers.js'
 export type { AdapterOptions, CompletionWork, IdempotencyContext, IdempotencyRegister, OutcomeEvent } from './http.js'
@@ -67,10 +69,7 @@ const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options
       await guard.settle({ kind: 'thrown', error: threw.get(request) })
       return payload
     }
-    if (isStream(payload)) {
-      destroy(payload)
-      return replace(reply, await guard.settle({ kind: 'streamed', status: reply.statusCode }), earlier)
-    }
+    if (isStream(payload)) return passThrough(reply, guard, payload, resolved)
     const body = toBytes(payload)
     const replacement = await guard.settle({ kind: 'response', status: reply.statusCode, headers: Object.entries(reply.getHeaders()), body })
     return replacement ? replace(reply, replacement, earlier) : payload
@@ -118,14 +117,28 @@ function replace(reply: FastifyReply, answer: HttpAnswer | null, earlier: Readon
   return Buffer.from(answer.body)
 }
 
-function isStream(payload: unknown): boolean {
+type StreamPayload = Readable | ReadableStream | Response
+
+function isStream(payload: unknown): payload is StreamPayload {
   if (typeof payload !== 'object' || payload === null) return false
   return typeof (payload as { pipe?: unknown }).pipe === 'function' || payload instanceof ReadableStream || payload instanceof Response
 }
 
-function destroy(payload: unknown): void {
-  const stream = payload as { destroy?: () => void; cancel?: () => Promise<void>; body?: ReadableStream | null }
-  if (typeof stream.destroy === 'function') stream.destroy()
-  else if (payload instanceof ReadableStream) void payload.cancel().catch(() => undefined)
-  else if (payload instanceof Response) void payload.body?.cancel().catch(() => undefined)
+/**
+ * A stream payload, passed through to the client and copied for the record (issue 23): a web
+ * stream Fastify sends as it reads it. A `Response` brings its own status and headers, which
+ * Fastify applies after this hook. A stream that fails before its first chunk throws, and
+ * Fastify's error handler answers, as for a handler that threw.
+ */
+async function passThrough(reply: FastifyReply, guard: GuardedExecution<RegisteredTx>, payload: StreamPayload, resolved: { readonly log: StreamLog }): Promise<ReadableStream | Response> {
+  const response = payload instanceof Response ? payload : undefined
+  const status = response?.status ?? reply.statusCode
+  const headers = [...Object.entries(reply.getHeaders()), ...(response === undefined ? [] : response.headers.entries())]
+  const source = response === undefined ? (payload instanceof ReadableStream ? payload : Readable.toWeb(payload as Readable)) : (response.body ?? new ReadableStream({ start: (controller) => controller.close() }))
+  const passed = await passThroughWeb(source as ReadableStream<unknown>, new StreamRecorder(guard, resolved.log, status, headers, guard.maxStoredBodyBytes))
+  if (!passed.ok) {
+    await guard.settle({ kind: 'thrown', error: passed.error })
+    throw passed.error
+  }
+  return response === undefined ? passed.stream : new Response(passed.stream, { status, statusText: response.statusText, headers: response.headers })
 }

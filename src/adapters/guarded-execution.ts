@@ -64,6 +64,11 @@ export class GuardedExecution<Tx> {
     return this.#settled
   }
 
+  /** How much of a streamed body the adapter copies for the record (the `maxStoredBodyBytes` option). */
+  get maxStoredBodyBytes(): number {
+    return this.#options.maxStoredBodyBytes
+  }
+
   /**
    * Applies the completion rule (docs/adapters.md) to what the handler answered. Resolves to a
    * replacement answer to send instead, or `null` to send the captured response as it is. Never
@@ -84,17 +89,14 @@ export class GuardedExecution<Tx> {
       await this.#letGo()
       return [null, 500, 'failed']
     }
-    if (captured.kind === 'streamed') {
-      await this.#letGo()
-      return this.#notReplayable('this route streamed its response, which cannot be stored and replayed; send a complete body on routes that need an Idempotency-Key')
-    }
     if (execution.state !== 'running' && execution.state !== 'lost') return sent(captured.status)
     const { status } = captured
     if (isRetryableStatus(status) || (status >= 400 && !execution.sideEffectsPossible)) {
       await this.#letGo()
       return sent(status)
     }
-    const redacted = await this.#redacted({ status, headers: storableHeaders(captured.headers), body: captured.body })
+    // A streamed response that could not be kept whole has no body to redact or measure.
+    const redacted = captured.kind === 'unstorable' ? ({ ok: false, reason: captured.reason } as const) : await this.#redacted({ status, headers: storableHeaders(captured.headers), body: captured.body })
     let response: StoredResponse
     if (!redacted.ok || redacted.response.body.byteLength > this.#options.maxStoredBodyBytes) {
       // Issue 8 path 5 and issue 23: an outcome that is not recorded would be run again by every
@@ -102,7 +104,9 @@ export class GuardedExecution<Tx> {
       // gets the response, a retry the result-unavailable problem, and nothing runs twice.
       const reason = redacted.ok
         ? `the ${status} response had ${redacted.response.body.byteLength} bytes, more than maxStoredBodyBytes (${this.#options.maxStoredBodyBytes}), so it was not stored`
-        : `the redact hook failed on the ${status} response (${redacted.reason}), so it was not stored`
+        : captured.kind === 'unstorable'
+          ? redacted.reason
+          : `the redact hook failed on the ${status} response (${redacted.reason}), so it was not stored`
       const marker = resultUnavailableResponse(status, reason, this.#options.keyTtlSeconds)
       this.#options.log.warn({ ...this.logFields, code: 'ONCELY_RESPONSE_NOT_REPLAYABLE', instance: marker.instance }, `oncely: ${reason}; a retry is answered 500 result-unavailable`)
       response = marker.response
@@ -163,12 +167,6 @@ export class GuardedExecution<Tx> {
     } catch (error) {
       return { ok: false, reason: `it threw: ${this.#describe(error)}` }
     }
-  }
-
-  #notReplayable(detail: string): [HttpAnswer, number, Outcome] {
-    const answer = problem({ status: 500, type: PROBLEM_TYPES.notReplayable, title: 'Response not replayable', detail, retryable: false, advice: this.#afterLetGo(), keyTtlSeconds: this.#options.keyTtlSeconds })
-    this.#options.log.error({ ...this.logFields, code: 'ONCELY_RESPONSE_NOT_REPLAYABLE', instance: answer.instance }, `oncely: ${detail}`)
-    return [answer, 500, 'failed']
   }
 
   async #store(status: 'completed' | 'failed', response: StoredResponse): Promise<void> {

@@ -3,6 +3,7 @@ import { matchedRoutes } from 'hono/route'
 import type { HttpAnswer } from './answers.js'
 import { isJsonContentType } from './body.js'
 import { beginGuarded, signalAborted, isGuarded, keyTtlHeaders, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
+import { passThroughWeb, StreamRecorder } from './streamed-body.js'
 
 export { PROBLEM_TYPES } from './answers.js'
 export type { AdapterOptions, CompletionWork, IdempotencyContext, OperationState, OutcomeEvent } from './http.js'
@@ -15,7 +16,8 @@ export interface IdempotencyEnv<Tx = unknown> {
 /**
  * Hono middleware: a guarded request (`methods`, `routes`) needs an `Idempotency-Key`; a repeat
  * gets the stored response, a concurrent one 409, a different payload 422. The response is read
- * from `c.res` after the handler; streamed responses are refused (docs/adapters.md).
+ * from `c.res` after the handler; a streamed one is passed through and stored when it ends within
+ * `maxStoredBodyBytes` (docs/adapters.md).
  *
  * @example
  * ```ts
@@ -65,10 +67,18 @@ export function idempotency<Tx = unknown, E extends Env = Env>(
       return
     }
     const res = c.res
-    if (produced.streamed || isStreaming(res)) {
-      await res.body?.cancel().catch(() => undefined)
-      replace(c, await gate.guard.settle({ kind: 'streamed', status: res.status }))
-      return
+    if ((produced.streamed || isStreaming(res)) && res.body !== null) {
+      // Issue 23: passed through as it comes, copied for the record on the way (docs/adapters.md).
+      const recorder = new StreamRecorder(gate.guard, resolved.log, res.status, res.headers.entries(), resolved.maxStoredBodyBytes)
+      const passed = await passThroughWeb(res.body, recorder)
+      if (!passed.ok) {
+        // Failed before its first chunk: the client got nothing, so it ends the claim like a throw.
+        await gate.guard.settle({ kind: 'thrown', error: passed.error })
+        throw passed.error
+      }
+      const headers = new Headers(res.headers)
+      for (const [name, value] of ttl) headers.set(name, value)
+      return replace(c, new Response(passed.stream, { status: res.status, statusText: res.statusText, headers }))
     }
     // The body the handler gave Hono, when `c.res` is still the response made of it: reading it
     // back with `arrayBuffer()` would build a web Response around it (issue 21).

@@ -4,7 +4,7 @@ import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/comm
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js'
 import { APP_INTERCEPTOR } from '@nestjs/core'
 import type { Request, Response } from 'express'
-import { of, type Observable } from 'rxjs'
+import { catchError, from, of, type Observable } from 'rxjs'
 import { invalid } from '../option-validation.js'
 import { requestHasBody } from './body.js'
 import { captureServerResponse, sendAnswer, setKeyTtl } from './capture-server-response.js'
@@ -71,8 +71,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return of(undefined)
     }
     contexts.set(req, gate.guard.context)
-    captureServerResponse(res, gate.guard, this.#options.log)
-    return next.handle()
+    const thrown = captureServerResponse(res, gate.guard, this.#options.log)
+    // Nest's exception filter only ends a response whose status line went out: a throw after a
+    // streamed response started must cut it here, or its truncated body would be stored whole.
+    const cutThenRethrow = async (error: unknown): Promise<never> => {
+      await thrown(error)
+      throw error
+    }
+    return next.handle().pipe(catchError((error: unknown) => from(cutThenRethrow(error))))
   }
 }
 Injectable()(IdempotencyInterceptor)

@@ -87,11 +87,11 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
       res.once('close', () => gate.finish(res.statusCode))
       return handler(req, res, { body, rawBody, idempotency: undefined })
     }
-    captureServerResponse(res, gate.guard, resolved.log)
+    const thrown = captureServerResponse(res, gate.guard, resolved.log)
     try {
       await handler(req, res, { body, rawBody, idempotency: gate.guard.context })
     } catch (error) {
-      await gate.guard.settle({ kind: 'thrown', error })
+      await thrown(error)
       throw error
     }
   }

@@ -64,7 +64,11 @@ export interface RequestParts {
 /** The response a handler produced, as an adapter captured it. */
 export type CapturedResponse =
   | { kind: 'response'; status: number; headers: Iterable<readonly [string, HeaderValue]>; body: Uint8Array }
-  /** The handler streamed its body: it cannot be stored (see docs/adapters.md). */
-  | { kind: 'streamed'; status: number }
+  /**
+   * The client got (the start of) a streamed response that cannot be stored whole: its body grew
+   * past `maxStoredBodyBytes`, or it was cut by an error or by the client going away after it
+   * started. The handler ran: the outcome is recorded with a result-unavailable problem.
+   */
+  | { kind: 'unstorable'; status: number; reason: string }
   /** The handler threw; the framework's error handling answers. */
   | { kind: 'thrown'; error: unknown }

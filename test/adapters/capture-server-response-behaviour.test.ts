@@ -22,7 +22,13 @@ afterAll(async () => {
   await db.close()
 })
 
-type Handler = (req: IncomingMessage, res: ServerResponse) => void
+type Handler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>
+
+/** Another worker takes the request's claim over: the fence token changes under the handler. */
+async function loseClaim(req: IncomingMessage): Promise<void> {
+  const table = `"${db.schema.replaceAll('"', '""')}".idempotency_key`
+  await db.pool.query(`UPDATE ${table} SET fence_token = gen_random_uuid() WHERE key = $1`, [req.headers['idempotency-key']])
+}
 
 /** A node:http server whose requests first get a CORS header, as a middleware before the guard would set it. */
 async function serve(listener: RequestListener, test: (url: string) => Promise<void>): Promise<void> {
@@ -78,36 +84,54 @@ describe('captureServerResponse', () => {
   })
 
   it('ignores a writeHead after the first answer: a replacement goes out with its own status line', async () => {
-    const handler: Handler = (_req, res) => {
-      // A body sent in pieces is refused with a replacement answer (a body over the limit no longer is: issue 23).
-      res.write('sent ')
-      res.end('in pieces')
+    const handler: Handler = async (req, res) => {
+      // The completion loses its fence, so a 409 replaces the handler's answer.
+      await loseClaim(req)
+      res.end('in one piece')
       res.writeHead(202, 'Late', { 'x-late': '1' })
     }
     await serve(guarded(handler), async (url) => {
       const response = await post(url, randomUUID())
-      expect([response.status, response.statusText]).toEqual([500, 'Internal Server Error'])
+      expect([response.status, response.statusText]).toEqual([409, 'Conflict'])
       expect(response.headers.get('x-late')).toBeNull()
     })
   })
 
   it("keeps the headers set before the guard on a replacement answer and drops the handler's", async () => {
-    const handler: Handler = (_req, res) => {
+    const handler: Handler = async (req, res) => {
       res.setHeader('x-charge-id', 'ch_1')
-      res.write('sent ')
-      res.end('in pieces')
+      await loseClaim(req)
+      res.end('in one piece')
     }
     await serve(guarded(handler), async (url) => {
       const response = await post(url, randomUUID())
-      expect(response.status).toBe(500)
+      expect(response.status).toBe(409)
       expect(response.headers.get('access-control-allow-origin')).toBe('*')
       expect(response.headers.get('x-charge-id')).toBeNull()
       expect(response.headers.get('content-type')).toMatch(/^application\/problem\+json/)
     })
   })
 
+  it('cuts a streamed response whose outcome could not be recorded, so the client cannot take it for a complete one (issue 23)', async () => {
+    const errors: string[] = []
+    const log = { info: () => {}, warn: () => {}, error: (_fields: LogFields, message: string) => void errors.push(message) }
+    const handler: Handler = async (req, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain' })
+      res.write('sent ')
+      await loseClaim(req)
+      res.end('in pieces')
+    }
+    await serve(withIdempotency<Queryable>({ engine, scope: 'global', log }, async (req, res) => handler(req, res)), async (url) => {
+      const response = await post(url, randomUUID())
+      // The status line went out with the first chunk; the end never does.
+      expect(response.status).toBe(200)
+      await expect(response.text()).rejects.toThrow()
+      expect(errors).toEqual(['oncely: the streamed 200 response could not be recorded (409); its connection is cut so the client retries with the same key'])
+    })
+  })
+
   it('keeps the headers set before the guard on an answer given before the handler runs', async () => {
-    await serve(guarded((_req, res) => res.end('never')), async (url) => {
+    await serve(guarded((_req, res) => void res.end('never')), async (url) => {
       const response = await post(url, undefined)
       expect(response.status).toBe(400)
       expect(response.headers.get('access-control-allow-origin')).toBe('*')

@@ -443,22 +443,70 @@ export function conformanceSuite(harness: AdapterHarness): void {
       })
     }
 
-    it('refuses a streamed response with a 500 problem and releases the key', async () => {
-      const lines: string[] = []
-      const streaming = counted('POST', '/v1/stream', async () => ({ status: 200, headers: { 'content-type': 'text/plain' }, stream: ['a', 'b'] }))
-      await withApp({ log: (line) => lines.push(line) }, [streaming], async (app) => {
+    // Issue 23: a streamed response goes to the first caller as it is written, and its outcome is
+    // recorded all the same, so a retry never runs the handler a second time.
+    it('passes a streamed response through, stores it whole within maxStoredBodyBytes and replays it byte for byte', async () => {
+      const events: OutcomeEvent[] = []
+      const pieces = ['{"id":"ch_1",', '"parts":[', '1,2]}']
+      const streaming = counted('POST', '/v1/stream', async () => ({ status: 201, headers: { 'content-type': 'application/json', 'x-charge-id': 'ch_1' }, stream: pieces }))
+      await withApp({ onOutcome: (event) => events.push(event) }, [streaming], async (app) => {
         const key = randomUUID()
-        const response = await app.request(post('/v1/stream', key, {}))
-        expect(response.status).toBe(500)
-        expect(problemOf(response)).toMatchObject({
-          type: 'https://oncely.dev/problems/response-not-replayable',
+        const first = await app.request(post('/v1/stream', key, {}))
+        expect([first.status, first.body.toString(), first.headers.get('idempotent-replayed')]).toEqual([201, pieces.join(''), null])
+        const again = await app.request(post('/v1/stream', key, {}))
+        expect(again.status).toBe(201)
+        expect(again.body.equals(first.body)).toBe(true)
+        expect(again.headers.get('content-type')).toBe(first.headers.get('content-type'))
+        expect(again.headers.get('x-charge-id')).toBe('ch_1')
+        expect(again.headers.get('idempotent-replayed')).toBe('true')
+        expect(streaming.calls).toBe(1)
+        expect(events.map((event) => [event.outcome, event.status])).toEqual([['created', 201], ['replayed', 201]])
+      })
+    })
+
+    it('passes a streamed response over maxStoredBodyBytes through whole; a retry gets result-unavailable, never a second run', async () => {
+      const lines: string[] = []
+      const pieces = ['0123456789', 'abcdef', 'ghij']
+      const streaming = counted('POST', '/v1/stream', async () => ({ status: 200, headers: { 'content-type': 'text/plain' }, stream: pieces }))
+      await withApp({ log: (line) => lines.push(line), maxStoredBodyBytes: 10 }, [streaming], async (app) => {
+        const key = randomUUID()
+        const first = await app.request(post('/v1/stream', key, {}))
+        expect([first.status, first.body.toString()]).toEqual([200, pieces.join('')])
+        const retry = await app.request(post('/v1/stream', key, {}))
+        expect(retry.status).toBe(500)
+        expect(retry.headers.get('idempotent-replayed')).toBe('true')
+        const body = problemOf(retry)
+        expect(body).toMatchObject({
+          type: 'https://oncely.dev/problems/result-unavailable',
+          result_status: 200,
           retry_same_key: false,
-          new_key_safe: true,
-          operation_state: 'none',
+          new_key_safe: false,
+          operation_state: 'completed',
         })
-        expect(lines.some((line) => line.includes('ONCELY_RESPONSE_NOT_REPLAYABLE'))).toBe(true)
-        expect((await app.request(post('/v1/stream', key, {}))).status).toBe(500)
-        expect(streaming.calls).toBe(2)
+        expect(body.detail).toContain('streamed 20 bytes, more than maxStoredBodyBytes (10)')
+        expect(streaming.calls).toBe(1)
+        expect(lines.filter((line) => line.includes('ONCELY_RESPONSE_NOT_REPLAYABLE') && line.includes(body.instance))).toHaveLength(1)
+      })
+    })
+
+    it('records a streamed response cut by an error mid-way as result-unavailable: the key is not released and the handler never runs again', async () => {
+      const recorded = deferred()
+      const streaming = counted('POST', '/v1/stream', async () => ({ status: 200, headers: { 'content-type': 'text/plain' }, stream: ['partial '], streamError: 'the upstream went away' }))
+      await withApp({ onOutcome: () => recorded.resolve() }, [streaming], async (app) => {
+        const key = randomUUID()
+        // A signal sends the request over a real connection in every harness, so the cut is real.
+        const first = await app.request({ ...post('/v1/stream', key, {}), signal: new AbortController().signal }).then(
+          (response) => response,
+          (error: unknown) => error,
+        )
+        // The client never gets a whole response: the connection is cut under it.
+        expect(first).toBeInstanceOf(Error)
+        await recorded.promise
+        const retry = await app.request(post('/v1/stream', key, {}))
+        expect(retry.status).toBe(500)
+        expect(problemOf(retry)).toMatchObject({ type: 'https://oncely.dev/problems/result-unavailable', result_status: 200, new_key_safe: false, operation_state: 'completed' })
+        expect(streaming.calls).toBe(1)
+        expect((await db.pool.query<{ status: string }>(`SELECT status FROM ${table} WHERE key = $1`, [key])).rows).toEqual([{ status: 'completed' }])
       })
     })
 

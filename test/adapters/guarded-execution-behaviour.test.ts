@@ -197,14 +197,24 @@ describe('GuardedExecution: what a captured response is stored as', () => {
     expect(JSON.parse(Buffer.from(replay.response.body).toString('utf8'))).toMatchObject({ operation_state: 'failed', result_status: 402 })
   })
 
-  it('answers a streamed response 500 not replayable, naming the fix, and releases the key', async () => {
+  it('records a streamed response that could not be stored whole as result-unavailable, never releasing the key (issue 23)', async () => {
+    const { options, lines } = adapter()
+    const execution = await claim()
+    const reason = 'the 200 response was cut after 8 bytes of its streamed body (the client went away), so it was not stored'
+    expect(await new GuardedExecution(options, execution, performance.now(), ROUTE).settle({ kind: 'unstorable', status: 200, reason })).toBeNull()
+    expect(await row(execution.key)).toMatchObject({ status: 'completed', response_status: 500 })
+    const replay = await engine.begin({ scope: 'u1', key: execution.key, fingerprint })
+    if (replay.kind !== 'replay') throw new Error(`expected a replay, got ${replay.kind}`)
+    const body = JSON.parse(Buffer.from(replay.response.body).toString('utf8')) as { detail: string; instance: string }
+    expect(body).toMatchObject({ type: 'https://oncely.dev/problems/result-unavailable', result_status: 200, operation_state: 'completed', new_key_safe: false })
+    expect(body.detail).toBe(`this operation ran and ended with status 200, but its response cannot be replayed: ${reason}; it is not run again`)
+    expect(lines).toEqual([{ level: 'warn', fields: expect.objectContaining({ code: 'ONCELY_RESPONSE_NOT_REPLAYABLE', instance: body.instance }) as unknown, message: `oncely: ${reason}; a retry is answered 500 result-unavailable` }])
+  })
+
+  it('lets a streamed response with a retryable status go as any such response: released before a step', async () => {
     const { options } = adapter()
     const execution = await claim()
-    const answer = problemOf(await new GuardedExecution(options, execution, performance.now(), ROUTE).settle({ kind: 'streamed', status: 200 }))
-    expect(answer.body).toMatchObject({
-      status: 500,
-      detail: 'this route streamed its response, which cannot be stored and replayed; send a complete body on routes that need an Idempotency-Key',
-    })
+    expect(await new GuardedExecution(options, execution, performance.now(), ROUTE).settle({ kind: 'unstorable', status: 503, reason: 'cut' })).toBeNull()
     expect(await row(execution.key)).toBeUndefined()
   })
 

@@ -10,10 +10,13 @@ export interface HandlerInput {
   idempotency: IdempotencyContext<Queryable> | undefined
 }
 
-/** A complete response, or a body sent in pieces (a stream). */
+/**
+ * A complete response, or a body sent in pieces (a stream); with `streamError`, the stream fails
+ * with that message after its chunks, the way each framework sees a source that breaks mid-way.
+ */
 export type HandlerOutput =
   | { status: number; headers?: Record<string, string>; body?: string | Uint8Array }
-  | { status: number; headers?: Record<string, string>; stream: string[] }
+  | { status: number; headers?: Record<string, string>; stream: string[]; streamError?: string }
 
 export interface TestRoute {
   method: 'GET' | 'POST' | 'PATCH'

@@ -4,11 +4,13 @@ import express from 'express'
 import { Hono } from 'hono'
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { idempotency } from '../../src/adapters/express.js'
+import type { AdapterOptions, OutcomeEvent } from '../../src/adapters/http.js'
 import { idempotency as honoIdempotency } from '../../src/adapters/hono.js'
 import { withIdempotency } from '../../src/adapters/node.js'
 import { createEngine, type Engine } from '../../src/engine/engine.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { deferred } from '../helpers/deferred.js'
 import { serveOnFreePort, type AppUnderTest } from './harness.js'
 
 let db: TestDatabase
@@ -43,11 +45,13 @@ async function serve(listener: RequestListener, test: (app: AppUnderTest) => Pro
 }
 const post = (key: string, body = '{"amount":1}') => ({ method: 'POST', path: '/v1/charges', headers: { 'idempotency-key': key, 'content-type': 'application/json' }, body })
 
+type ListenerOptions = Pick<AdapterOptions<never, Queryable>, 'log' | 'maxStoredBodyBytes' | 'onOutcome'>
+
 /** The same handler behaviour in Express and in node:http. */
 const frameworks = [
   {
     name: 'express',
-    listener: (options: { log?: (line: string) => void; maxStoredBodyBytes?: number }, handler: (res: import('node:http').ServerResponse) => void): RequestListener => {
+    listener: (options: ListenerOptions, handler: (res: import('node:http').ServerResponse) => void): RequestListener => {
       const app = express()
       app.post('/v1/charges', express.json(), idempotency({ engine, scope: 'global', ...options }), (_req, res) => handler(res))
       return app
@@ -55,7 +59,7 @@ const frameworks = [
   },
   {
     name: 'node:http',
-    listener: (options: { log?: (line: string) => void; maxStoredBodyBytes?: number }, handler: (res: import('node:http').ServerResponse) => void): RequestListener => {
+    listener: (options: ListenerOptions, handler: (res: import('node:http').ServerResponse) => void): RequestListener => {
       return withIdempotency({ engine, scope: 'global', ...options }, (_req, res) => handler(res))
     },
   },
@@ -81,19 +85,53 @@ describe.each(frameworks)('$name: the held response', ({ listener }) => {
     })
   })
 
-  it('holds flushed headers, so a replacement answer is still sent and nothing rejects unhandled (issue 8 path 12)', async () => {
+  it('holds flushed headers until the first chunk, then streams, stores and replays the response; nothing rejects unhandled (issue 8 path 12, issue 23)', async () => {
+    let calls = 0
     const handler = (res: import('node:http').ServerResponse) => {
+      calls++
       res.statusCode = 200
       res.setHeader('content-type', 'text/plain')
       res.flushHeaders()
-      // Sent in pieces: refused with a replacement answer, which the flushed headers must not block.
       res.write('x'.repeat(32))
-      res.end('x'.repeat(32))
+      res.end('y'.repeat(32))
     }
     await serve(listener({ log: () => {} }, handler), async (app) => {
-      const response = await app.request(post(randomUUID()))
-      expect(response.status).toBe(500)
-      expect((JSON.parse(response.body.toString()) as { type: string }).type).toBe('https://oncely.dev/problems/response-not-replayable')
+      const key = randomUUID()
+      const first = await app.request(post(key))
+      expect([first.status, first.headers.get('content-type'), first.body.toString()]).toEqual([200, 'text/plain', 'x'.repeat(32) + 'y'.repeat(32)])
+      const replay = await app.request(post(key))
+      expect([replay.status, replay.body.equals(first.body), replay.headers.get('idempotent-replayed')]).toEqual([200, true, 'true'])
+      expect(calls).toBe(1)
+    })
+  })
+
+  it('records a stream the client walked away from as result-unavailable, even when the handler ends it later; the retry does not run it again (issue 23)', async () => {
+    const started = deferred()
+    const release = deferred()
+    const recorded = deferred<OutcomeEvent>()
+    let calls = 0
+    const handler = (res: import('node:http').ServerResponse) => {
+      calls++
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write('data: 1\n\n')
+      started.resolve()
+      void release.promise.then(() => res.end('data: 2\n\n'))
+    }
+    await serve(listener({ log: () => {}, onOutcome: (event) => recorded.resolve(event) }, handler), async (app) => {
+      const key = randomUUID()
+      const gone = new AbortController()
+      const first = app.request({ ...post(key), signal: gone.signal }).catch((error: unknown) => error)
+      await started.promise
+      gone.abort()
+      expect(await first).toBeInstanceOf(Error)
+      expect(await recorded.promise).toMatchObject({ outcome: 'created', status: 200 })
+      release.resolve()
+      const retry = await app.request(post(key))
+      expect(retry.status).toBe(500)
+      const problem = JSON.parse(retry.body.toString()) as { type: string; detail: string; result_status: number }
+      expect(problem).toMatchObject({ type: 'https://oncely.dev/problems/result-unavailable', result_status: 200 })
+      expect(problem.detail).toContain('the connection closed before the handler ended it')
+      expect(calls).toBe(1)
     })
   })
 })

@@ -3,6 +3,7 @@ import type { Server } from 'node:http'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { countConstructions } from '../helpers/count-constructions.js'
+import { deferred } from '../helpers/deferred.js'
 import { engineOn } from '../helpers/engine.js'
 
 // Counts the web Responses built in this module graph: `@hono/node-server` keeps the global
@@ -11,12 +12,16 @@ import { engineOn } from '../helpers/engine.js'
 const responses = countConstructions('Response')
 const { serve } = await import('@hono/node-server')
 const { Hono } = await import('hono')
+const { stream } = await import('hono/streaming')
 const { idempotency } = await import('../../src/adapters/hono.js')
 
 let db: TestDatabase
 let server: Server
 let url: string
 let runs = 0
+// The stream a client walks away from (issue 23).
+const walkedAway = { started: deferred(), recorded: deferred(), release: deferred() }
+let streamRuns = 0
 
 beforeAll(async () => {
   db = await createTestDatabase()
@@ -27,6 +32,17 @@ beforeAll(async () => {
   app.post('/text', once, (c) => c.text(`run ${++runs}`))
   // A redirect's headers are immutable, as a fetched response's are.
   app.post('/redirect', once, () => (++runs, Response.redirect('http://example.test/next', 303)))
+  const recorded = idempotency({ engine, scope: () => 'user-1', log: () => {}, onOutcome: (event) => event.outcome === 'created' && walkedAway.recorded.resolve() })
+  app.post('/stream', recorded, (c) => {
+    streamRuns++
+    c.header('content-type', 'text/event-stream')
+    return stream(c, async (s) => {
+      await s.write('data: 1\n\n')
+      walkedAway.started.resolve()
+      await walkedAway.release.promise
+      await s.write('data: 2\n\n')
+    })
+  })
   server = await new Promise<Server>((resolve) => {
     const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(s as Server))
   })
@@ -61,5 +77,23 @@ describe('oncely/hono on @hono/node-server (issue 21)', () => {
     const replay = await post('/redirect', 'redirect-1')
     expect([replay.status, replay.headers.get('location'), replay.headers.get('idempotent-replayed')]).toEqual([303, 'http://example.test/next', 'true'])
     expect(runs).toBe(3)
+  })
+
+  it('records a stream the client walked away from as result-unavailable: the cancel reaches the adapter, and the retry does not run it again (issue 23)', async () => {
+    const gone = new AbortController()
+    const first = await fetch(`${url}/stream`, { method: 'POST', headers: { 'idempotency-key': 'stream-1' }, signal: gone.signal })
+    expect([first.status, first.headers.get('content-type')]).toEqual([200, 'text/event-stream'])
+    const reader = (first.body as ReadableStream<Uint8Array>).getReader()
+    expect(new TextDecoder().decode((await reader.read()).value)).toBe('data: 1\n\n')
+    await walkedAway.started.promise
+    gone.abort()
+    await walkedAway.recorded.promise
+    walkedAway.release.resolve()
+    const retry = await post('/stream', 'stream-1')
+    expect(retry.status).toBe(500)
+    const problem = (await retry.json()) as { type: string; detail: string; result_status: number }
+    expect(problem).toMatchObject({ type: 'https://oncely.dev/problems/result-unavailable', result_status: 200 })
+    expect(problem.detail).toContain('the client went away')
+    expect(streamRuns).toBe(1)
   })
 })

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Server } from 'node:http'
-import { Body, Controller, HttpCode, Module, Post, UseInterceptors, type INestApplication } from '@nestjs/common'
+import { Body, Controller, HttpCode, Module, Post, Res, UseInterceptors, type INestApplication } from '@nestjs/common'
+import type { Response } from 'express'
 import { NestFactory } from '@nestjs/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Idempotency, IdempotencyInterceptor, IdempotencyModule, type IdempotencyContext } from '../../src/adapters/nestjs.js'
@@ -42,6 +43,16 @@ class ChargesController {
     return charge
   }
 
+  @Post('exports')
+  @UseInterceptors(IdempotencyInterceptor)
+  async export(@Res() res: Response) {
+    calls++
+    res.status(200).set('content-type', 'text/csv')
+    res.write('id,amount\n')
+    await Promise.resolve()
+    throw new Error('the export source went away')
+  }
+
   @Post('refunds')
   @HttpCode(204)
   refund(@Idempotency() idempotency: IdempotencyContext<Queryable> | undefined) {
@@ -68,6 +79,31 @@ const post = (path: string, key: string | undefined, body: object) => ({
   path,
   headers: { 'x-user-id': '7', ...(key === undefined ? {} : { 'idempotency-key': key }) },
   body,
+})
+
+describe('nestjs: a handler that throws after its streamed response started (issue 23)', () => {
+  it('cuts the stream and records result-unavailable, where Nest’s exception filter would end it as if whole; the retry does not run it again', async () => {
+    const recorded = deferred()
+    const { client } = await start([IdempotencyModule.forRoot({ engine, scope: (req) => req.get('x-user-id'), log: () => {}, onOutcome: () => recorded.resolve() })])
+    try {
+      calls = 0
+      const key = randomUUID()
+      const first = await client.request(post('/v1/exports', key, {})).then(
+        (response) => response,
+        (error: unknown) => error,
+      )
+      expect(first).toBeInstanceOf(Error)
+      await recorded.promise
+      const retry = await client.request(post('/v1/exports', key, {}))
+      expect(retry.status).toBe(500)
+      const problem = JSON.parse(retry.body.toString()) as { type: string; detail: string; result_status: number }
+      expect(problem).toMatchObject({ type: 'https://oncely.dev/problems/result-unavailable', result_status: 200 })
+      expect(problem.detail).toContain('the handler threw: the export source went away')
+      expect(calls).toBe(1)
+    } finally {
+      await client.close()
+    }
+  })
 })
 
 describe('nestjs: a handler that returns its value', () => {

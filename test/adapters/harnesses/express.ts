@@ -19,7 +19,9 @@ export const expressHarness: AdapterHarness = {
         res.status(output.status).set(output.headers ?? {})
         if ('stream' in output) {
           for (const chunk of output.stream) res.write(chunk)
-          res.end()
+          // A piping source that breaks destroys the response (stream.pipeline does).
+          if (output.streamError === undefined) res.end()
+          else res.destroy(new Error(output.streamError))
         } else if (output.body === undefined) res.end()
         else res.send(typeof output.body === 'string' ? output.body : Buffer.from(output.body))
       })

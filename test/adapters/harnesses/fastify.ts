@@ -21,7 +21,7 @@ export const fastifyHarness: AdapterHarness = {
             idempotency: request.idempotency ?? undefined,
           })
           reply.code(output.status).headers(output.headers ?? {})
-          if ('stream' in output) return reply.send(Readable.from(output.stream))
+          if ('stream' in output) return reply.send(Readable.from(chunks(output.stream, output.streamError)))
           return reply.send(output.body === undefined ? undefined : typeof output.body === 'string' ? output.body : Buffer.from(output.body))
         },
       })
@@ -60,4 +60,10 @@ export const fastifyHarness: AdapterHarness = {
       },
     }
   },
+}
+
+/** The chunks, then the error when one is given: thrown only once the chunks were read. */
+async function* chunks(stream: readonly string[], error: string | undefined): AsyncGenerator<string> {
+  for (const chunk of stream) yield chunk
+  if (error !== undefined) throw new Error(error)
 }

@@ -19,6 +19,17 @@ export const honoHarness: AdapterHarness = {
         const output = await route.handler({ body, params: c.req.param(), idempotency: c.get('idempotency') })
         for (const [name, value] of Object.entries(output.headers ?? {})) c.header(name, value)
         c.status(output.status as ContentfulStatusCode)
+        if ('stream' in output && output.streamError !== undefined) {
+          const { stream: pieces, streamError } = output
+          let next = 0
+          const encoder = new TextEncoder()
+          // A web stream that fails once its chunks were read, as a broken upstream body does.
+          return c.body(
+            new ReadableStream<Uint8Array>({
+              pull: (controller) => (next < pieces.length ? controller.enqueue(encoder.encode(pieces[next++])) : controller.error(new Error(streamError))),
+            }),
+          )
+        }
         if ('stream' in output) {
           return stream(c, async (s) => {
             for (const chunk of output.stream) await s.write(chunk)

@@ -30,7 +30,9 @@ export const nodeHarness: AdapterHarness = {
         res.writeHead(output.status, output.headers ?? {})
         if ('stream' in output) {
           for (const chunk of output.stream) res.write(chunk)
-          res.end()
+          // A piping source that breaks destroys the response (stream.pipeline does).
+          if (output.streamError === undefined) res.end()
+          else res.destroy(new Error(output.streamError))
         } else res.end(output.body)
       },
     )
