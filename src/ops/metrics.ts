@@ -3,7 +3,7 @@ import { DEFAULT_STALE_AFTER_MS } from '../engine/options.js'
 import { invalid, positiveInteger } from '../option-validation.js'
 import type { AdminDatabase } from './admin-database.js'
 import { countRunningClaims, type RunningClaims } from './key-stats.js'
-import { logKey, resolveLogger, type LogOption } from './logger.js'
+import { logKey, resolveLogger, type LogOption } from '../logger.js'
 import { createRepeatedPayloadDetector, type RepeatedPayloadOptions } from './repeated-payloads.js'
 import { createStaleThresholdAdvice } from './stale-threshold-advice.js'
 

@@ -1,5 +1,5 @@
 import { positiveInteger } from '../option-validation.js'
-import { resolveLogger } from './logger.js'
+import { resolveLogger } from '../logger.js'
 import { reconcileStuckClaims, resolveReconcileOptions, type ReconcileOptions, type ReconcileReport } from './reconciler.js'
 
 export interface ReconcilerLoop {

@@ -3,7 +3,7 @@ import { DEFAULT_STALE_AFTER_MS } from '../engine/options.js'
 import { positiveInteger } from '../option-validation.js'
 import { resolveAdminDatabase, type AdminDatabase } from './admin-database.js'
 import { detailsOf, readKeyRow, type KeyDetails } from './keys.js'
-import { logKey, resolveLogger, type LogOption } from './logger.js'
+import { logKey, resolveLogger, type LogOption } from '../logger.js'
 import { publishEngineEvent } from '../engine/events.js'
 
 /** What a cache in front of the store must offer so a release never leaves a stale answer in it. */

@@ -4,7 +4,7 @@ import { invalid, invalidHidden, positiveInteger } from '../../option-validation
 import type { AdminDatabase } from '../admin-database.js'
 import { keyStats } from '../key-stats.js'
 import { inspectKey, listKeys, type KeyDetails } from '../keys.js'
-import { resolveLogger, type LogOption } from '../logger.js'
+import { resolveLogger, type LogOption } from '../../logger.js'
 import type { ReconcileReport } from '../reconciler.js'
 import { releaseKey, type EvictableCache } from '../release-key.js'
 import { actorOf, isLoopbackAddress, LOOPBACK_HOST_NAMES, peerOf, PROXY_HEADERS } from './console-access.js'
