@@ -15,7 +15,7 @@ export interface ReconcilerLoop {
  *
  * @example
  * ```ts
- * import { startReconciler } from 'oncely'
+ * import { startReconciler } from 'oncely/ops'
  * const reconciler = startReconciler({ engine, database: { pool }, hook: async () => {}, intervalMs: 90_000 })
  * await reconciler.stop()
  * ```

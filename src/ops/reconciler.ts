@@ -98,7 +98,7 @@ export const OUTCOME_UNKNOWN_RESPONSE: StoredResponse = Object.freeze({
  *
  * @example
  * ```ts
- * import { reconcileStuckClaims } from 'oncely'
+ * import { reconcileStuckClaims } from 'oncely/ops'
  * const reports = await reconcileStuckClaims({
  *   engine,
  *   database: { pool },

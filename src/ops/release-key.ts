@@ -61,7 +61,7 @@ export type ReleaseResult = { released: true; detail: string; key: KeyDetails; f
  *
  * @example
  * ```ts
- * import { releaseKey } from 'oncely'
+ * import { releaseKey } from 'oncely/ops'
  * const result = await releaseKey({ pool }, { scope: '42', key: 'order-42', actor: 'alice' })
  * if (!result.released && result.reason === 'may-have-acted') console.log(result.key.steps)
  * ```

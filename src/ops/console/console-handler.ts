@@ -58,7 +58,7 @@ const COOKIE = 'oncely_console'
  *
  * @example
  * ```ts
- * import { createConsole } from 'oncely'
+ * import { createConsole } from 'oncely/ops'
  * const operatorConsole = createConsole({ database: { pool }, token: process.env.CONSOLE_TOKEN! })
  * app.all('/console/*', (c) => operatorConsole.fetch(c.req.raw))
  * ```
