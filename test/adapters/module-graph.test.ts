@@ -82,6 +82,23 @@ describe('the layers (adapters → engine → store)', () => {
   })
 })
 
+describe('the reference service', () => {
+  it('imports only the package’s public entries (the export map’s sources) and the embedded PostgreSQL tool (issue 24)', async () => {
+    const graph = await importGraph()
+    const pkg = JSON.parse(await readFile(new URL('../../package.json', import.meta.url), 'utf8')) as { exports: Record<string, string> }
+    const entries = new Set(Object.values(pkg.exports).filter((target) => target.startsWith('./dist/')).map((target) => path.join(src, target.replace(/^\.\/dist\//, '').replace(/\.js$/, '.ts'))))
+    const inside = (file: string, folder: string) => path.relative(src, file).startsWith(`${folder}${path.sep}`)
+    const reaches: string[] = []
+    for (const [file, targets] of graph) {
+      if (!inside(file, 'reference-service')) continue
+      for (const target of targets) {
+        if (!inside(target, 'reference-service') && !inside(target, 'embedded-postgres') && !entries.has(target)) reaches.push(`${path.relative(src, file)} → ${path.relative(src, target)}`)
+      }
+    }
+    expect(reaches).toEqual([])
+  })
+})
+
 describe('the adapters’ modules', () => {
   it('define each shared helper once in src/adapters (one home each)', async () => {
     const graph = await importGraph()
