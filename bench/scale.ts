@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import { createEngine, fingerprintRequest, sweepExpiredKeys, type Engine, type StoredResponse } from '../src/index.js'
+import { createEngine, fingerprintRequest, type Engine, type StoredResponse } from '../src/index.js'
+import { sweepExpiredKeys } from '../src/ops/index.js'
 import { storedFingerprint } from '../src/engine/fingerprint.js'
 import { createPostgresStore, migrate, type Queryable } from '../src/store/postgres/index.js'
 import { quoteSchema } from '../src/store/postgres/schema-name.js'

@@ -26,6 +26,7 @@ export const ERROR_CODES = {
   ONCELY_CLIENT_REQUEST_FAILED: 'an attempt failed for a reason that is not a network failure, so it was not retried',
   ONCELY_DECRYPTION_FAILED: 'a stored value is encrypted and does not decrypt: its key id is not configured, the key is wrong, or the value was altered',
   ONCELY_KEY_STORE_FAILED: 'the client key store could not read or persist a key',
+  ONCELY_PEER_MISSING: 'a part of oncely was used that needs an optional peer dependency which is not installed',
 } as const
 
 export type OncelyErrorCode = keyof typeof ERROR_CODES

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import { createConsole, isOncelyError } from '../src/index.js'
+import { isOncelyError } from '../src/index.js'
+import { createConsole } from '../src/ops/index.js'
 import { resolveAdminDatabase } from '../src/ops/admin-database.js'
 import { consume, createRabbitMqPublisher } from '../src/outbox/index.js'
 import { resolveRelayOptions } from '../src/outbox/relay-options.js'

@@ -1,5 +1,5 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
-import type { Logger, LogFields } from '../ops/logger.js'
+import type { Logger, LogFields } from '../logger.js'
 import type { HttpAnswer } from './answers.js'
 import { toBytes } from './body.js'
 import { keyTtlHeaders } from './key-ttl.js'

@@ -1,9 +1,8 @@
 import type { Execution } from '../engine/execution.js'
 import type { StoredResponse, WriteStatement } from '../engine/types.js'
-import { toQueryConfig, type Queryable } from '../store/postgres/executor.js'
-import { isOncelyError } from '../errors.js'
+import { isOncelyError, OncelyError } from '../errors.js'
 import { isRetryableStatus } from '../retryable-status.js'
-import { logKey, type LogFields } from '../ops/logger.js'
+import { logKey, type LogFields } from '../logger.js'
 import { conflictAnswer, problem, PROBLEM_TYPES, storeUnavailableAnswer, type HttpAnswer, type KeyAdvice } from './answers.js'
 import { withKeyTtl } from './key-ttl.js'
 import { resultUnavailableResponse } from './result-unavailable.js'
@@ -182,9 +181,15 @@ export class GuardedExecution<Tx> {
       await (status === 'completed' ? execution.complete(response, { statements }) : execution.fail(response, { statements }))
       return
     }
-    // A statement among functions runs in its turn on the transaction (a SQL store's `Queryable`).
+    // A statement among functions runs in its turn on the transaction, which only the store
+    // knows how to do: the adapter never looks inside `tx`.
+    const { store } = this.#options.engine.options
     const writes = async (tx: Tx) => {
-      for (const work of registered) await (typeof work === 'function' ? work(tx) : (tx as unknown as Queryable).query(toQueryConfig(work)))
+      for (const work of registered) {
+        if (typeof work === 'function') await work(tx)
+        else if (store.runStatement !== undefined) await store.runStatement(tx, work)
+        else throw new OncelyError('ONCELY_INVALID_OPTION', 'writeOnCompletion was given a statement, which this store cannot run; give the write as a function of the transaction')
+      }
     }
     await (status === 'completed' ? execution.complete(response, { writes }) : execution.fail(response, { writes }))
   }

@@ -1,4 +1,4 @@
-import { logKey, type LogFields } from '../ops/logger.js'
+import { logKey, type LogFields } from '../logger.js'
 
 /**
  * The fields of a guarded request's log lines: `route` (`METHOD /pattern`), and when known the

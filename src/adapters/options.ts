@@ -1,7 +1,7 @@
 import type { Engine } from '../engine/engine.js'
 import type { StoredResponse } from '../engine/types.js'
 import { invalid, optionalBoolean, optionalFunction, positiveInteger, stringList } from '../option-validation.js'
-import { resolveLogger, type Logger, type LogOption } from '../ops/logger.js'
+import { resolveLogger, type Logger, type LogOption } from '../logger.js'
 import { parsePointers, type Pointer } from './excluded-fields.js'
 
 /** What one guarded request came to, reported to `onOutcome` (for metrics). */

@@ -160,6 +160,13 @@ export interface IdempotencyStore<Tx = unknown> {
   /** Runs `work` inside BEGIN … COMMIT on the store's own connection, rolling back on any error. */
   transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>
   /**
+   * Optional: runs one business write given as a statement (`{ text, values }`) on `tx`, a
+   * transaction of this store's, so an adapter can run it in its turn among writes given as
+   * functions without knowing what `tx` is. A store whose transactions take no SQL leaves it
+   * out; such a statement is then refused.
+   */
+  runStatement?(tx: Tx, statement: WriteStatement): Promise<void>
+  /**
    * Optional (issue 23): calls `wake` when the claim may have ended (completed, failed, released,
    * suspended), or when such news may have been missed, so a duplicate waiting for it (`waitMs`)
    * reads the row at once. Never throws and costs the claim's owner nothing unless someone

@@ -22,7 +22,7 @@ export interface KeyStats {
  *
  * @example
  * ```ts
- * import { keyStats } from 'oncely'
+ * import { keyStats } from 'oncely/ops'
  * const stats = await keyStats({ pool }, { staleAfterMs: 30_000 })
  * if (stats.sweeper.lagMs > 3_600_000) console.warn('the sweeper is not running')
  * ```

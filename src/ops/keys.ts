@@ -83,7 +83,7 @@ export interface ListKeysOptions {
  *
  * @example
  * ```ts
- * import { listKeys } from 'oncely'
+ * import { listKeys } from 'oncely/ops'
  * const stuck = await listKeys({ pool }, { stuck: true, staleAfterMs: 30_000 })
  * for (const key of stuck) console.log(key.scope, key.key, key.state, key.leaseAgeMs)
  * ```
@@ -102,7 +102,7 @@ export async function listKeys(target: AdminDatabase, options: ListKeysOptions =
  *
  * @example
  * ```ts
- * import { inspectKey } from 'oncely'
+ * import { inspectKey } from 'oncely/ops'
  * const key = await inspectKey({ pool }, { scope: '42', key: 'order-42' })
  * if (key?.state === 'stuck') console.log(key.steps.map((step) => step.providerKey))
  * ```

@@ -1,9 +1,11 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { createRequire } from 'node:module'
+import type { Registry } from 'prom-client'
+import { OncelyError } from '../errors.js'
 import { DEFAULT_STALE_AFTER_MS } from '../engine/options.js'
 import { invalid, positiveInteger } from '../option-validation.js'
 import type { AdminDatabase } from './admin-database.js'
 import { countRunningClaims, type RunningClaims } from './key-stats.js'
-import { logKey, resolveLogger, type LogOption } from './logger.js'
+import { logKey, resolveLogger, type LogOption } from '../logger.js'
 import { createRepeatedPayloadDetector, type RepeatedPayloadOptions } from './repeated-payloads.js'
 import { createStaleThresholdAdvice } from './stale-threshold-advice.js'
 
@@ -88,6 +90,7 @@ export interface OncelyMetrics {
  * ```
  */
 export function createMetrics(options: MetricsOptions = {}): OncelyMetrics {
+  const { Counter, Gauge, Histogram, Registry } = loadPromClient()
   const registry = options.registry ?? new Registry()
   const prefix = options.prefix ?? 'oncely_'
   const staleAfterMs = positiveInteger('staleAfterMs', options.staleAfterMs ?? DEFAULT_STALE_AFTER_MS)
@@ -175,7 +178,23 @@ function repeatedPayloadDetector(options: RepeatedPayloadOptions) {
 }
 
 /** Gauges read from the database at each scrape; one statement per scrape, shared by all. */
+/**
+ * prom-client, an optional peer dependency, loaded when metrics are first created rather than
+ * imported: `oncely/metrics` then loads without it and says what to install. It is a CommonJS
+ * package, so this is the same instance an application's own `import 'prom-client'` gets (its
+ * global `register` included).
+ */
+function loadPromClient(): typeof import('prom-client') {
+  try {
+    return createRequire(import.meta.url)('prom-client') as typeof import('prom-client')
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== 'MODULE_NOT_FOUND') throw error
+    throw new OncelyError('ONCELY_PEER_MISSING', 'createMetrics needs the prom-client package, an optional peer dependency of oncely: npm install prom-client', { cause: error })
+  }
+}
+
 function registerClaimGauges(options: MetricsOptions, prefix: string, staleAfterMs: number, registry: Registry): void {
+  const { Gauge } = loadPromClient()
   const { store, database } = options
   if (!store && !database) return
   const common = { registers: [registry] }
@@ -240,6 +259,7 @@ function registerClaimGauges(options: MetricsOptions, prefix: string, staleAfter
 }
 
 function registerOutboxGauges(outbox: OutboxBacklogSource | undefined, prefix: string, registry: Registry): void {
+  const { Gauge } = loadPromClient()
   if (!outbox) return
   let pending: Promise<{ waiting: number; oldestAgeMs: number } | undefined> | undefined
   const read = () => {

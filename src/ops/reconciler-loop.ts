@@ -1,5 +1,5 @@
 import { positiveInteger } from '../option-validation.js'
-import { resolveLogger } from './logger.js'
+import { resolveLogger } from '../logger.js'
 import { reconcileStuckClaims, resolveReconcileOptions, type ReconcileOptions, type ReconcileReport } from './reconciler.js'
 
 export interface ReconcilerLoop {
@@ -15,7 +15,7 @@ export interface ReconcilerLoop {
  *
  * @example
  * ```ts
- * import { startReconciler } from 'oncely'
+ * import { startReconciler } from 'oncely/ops'
  * const reconciler = startReconciler({ engine, database: { pool }, hook: async () => {}, intervalMs: 90_000 })
  * await reconciler.stop()
  * ```

@@ -6,7 +6,7 @@ import type { Fence } from '../engine/store.js'
 import type { StoredResponse } from '../engine/types.js'
 import type { ReconcilableRow } from '../store/postgres/statements-ops.js'
 import { resolveAdminDatabase, type AdminDatabase } from './admin-database.js'
-import { logKey, resolveLogger, type LogOption } from './logger.js'
+import { logKey, resolveLogger, type LogOption } from '../logger.js'
 import type { ReconcileDecisionName } from './reconcile-decisions.js'
 import { publishEngineEvent } from '../engine/events.js'
 
@@ -98,7 +98,7 @@ export const OUTCOME_UNKNOWN_RESPONSE: StoredResponse = Object.freeze({
  *
  * @example
  * ```ts
- * import { reconcileStuckClaims } from 'oncely'
+ * import { reconcileStuckClaims } from 'oncely/ops'
  * const reports = await reconcileStuckClaims({
  *   engine,
  *   database: { pool },

@@ -3,7 +3,7 @@ import { DEFAULT_STALE_AFTER_MS } from '../engine/options.js'
 import { positiveInteger } from '../option-validation.js'
 import { resolveAdminDatabase, type AdminDatabase } from './admin-database.js'
 import { detailsOf, readKeyRow, type KeyDetails } from './keys.js'
-import { logKey, resolveLogger, type LogOption } from './logger.js'
+import { logKey, resolveLogger, type LogOption } from '../logger.js'
 import { publishEngineEvent } from '../engine/events.js'
 
 /** What a cache in front of the store must offer so a release never leaves a stale answer in it. */
@@ -61,7 +61,7 @@ export type ReleaseResult = { released: true; detail: string; key: KeyDetails; f
  *
  * @example
  * ```ts
- * import { releaseKey } from 'oncely'
+ * import { releaseKey } from 'oncely/ops'
  * const result = await releaseKey({ pool }, { scope: '42', key: 'order-42', actor: 'alice' })
  * if (!result.released && result.reason === 'may-have-acted') console.log(result.key.steps)
  * ```

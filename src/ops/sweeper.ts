@@ -26,7 +26,7 @@ export interface SweepOptions {
  *
  * @example
  * ```ts
- * import { sweepExpiredKeys } from 'oncely'
+ * import { sweepExpiredKeys } from 'oncely/ops'
  * const { deleted } = await sweepExpiredKeys(store, { batchSize: 200 })
  * ```
  */

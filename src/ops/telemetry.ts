@@ -31,7 +31,7 @@ const SPAN_ERROR = 2
  * @example
  * ```ts
  * import { trace } from '@opentelemetry/api'
- * import { instrumentEngine } from 'oncely'
+ * import { instrumentEngine } from 'oncely/ops'
  * const traced = instrumentEngine(engine, { tracer: trace.getTracer('oncely') })
  * ```
  */

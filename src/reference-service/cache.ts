@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { createRedisCache, withRedisCache } from '../redis/index.js'
-import type { EvictableCache } from '../ops/release-key.js'
+import type { EvictableCache } from '../ops/index.js'
 import type { PostgresStore } from '../store/postgres/index.js'
 import type { ServiceConfig } from './config.js'
 

@@ -1,4 +1,4 @@
-import type { ReconcileHook } from '../ops/reconciler.js'
+import type { ReconcileHook } from '../ops/index.js'
 import type { Outbox } from '../outbox/index.js'
 import { chargeSucceededEvent } from './events.js'
 import { withTransaction, type PoolLike, type Queryable } from '../store/postgres/index.js'

@@ -1,15 +1,9 @@
 import { createOutbox, outboxBacklog } from '../outbox/index.js'
 import type { IncomingMessage } from 'node:http'
 import type { Handler, Hono } from 'hono'
-import { notePeer } from '../ops/console/console-access.js'
-import { createConsole, type OperatorConsole } from '../ops/console/console-handler.js'
-import { serveConsole, type ServedConsole } from '../ops/console/serve-console.js'
 import { createMetrics, type OncelyMetrics, type RequestOutcomeEvent } from '../ops/metrics.js'
-import type { LogOption } from '../index.js'
-import type { Engine } from '../engine/engine.js'
-import { reconcileStuckClaims, type ReconcileReport } from '../ops/reconciler.js'
-import type { EvictableCache } from '../ops/release-key.js'
-import { startReconciler, type ReconcilerLoop } from '../ops/reconciler-loop.js'
+import type { Engine, LogOption } from '../index.js'
+import { createConsole, reconcileStuckClaims, serveConsole, startReconciler, type EvictableCache, type OperatorConsole, type ReconcilerLoop, type ReconcileReport, type ServedConsole } from '../ops/index.js'
 import type { PoolLike, PostgresStore, Queryable } from '../store/postgres/index.js'
 import { chargeReconcileHook } from './charge-reconcile-hook.js'
 import { ENV, type ServiceConfig } from './config.js'
@@ -112,6 +106,6 @@ export async function startServiceConsole(options: ServiceConsoleOptions): Promi
 function consoleHandler(operatorConsole: OperatorConsole): Handler<ServiceEnv> {
   return (c) => {
     const socket = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket
-    return operatorConsole.fetch(notePeer(c.req.raw, { localAddress: socket?.localAddress, remoteAddress: socket?.remoteAddress }))
+    return operatorConsole.fetch(c.req.raw, { localAddress: socket?.localAddress, remoteAddress: socket?.remoteAddress })
   }
 }

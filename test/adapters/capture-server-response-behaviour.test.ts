@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { captureServerResponse } from '../../src/adapters/capture-server-response.js'
 import { withIdempotency } from '../../src/adapters/node.js'
 import { createEngine, type Engine } from '../../src/index.js'
-import type { LogFields } from '../../src/ops/logger.js'
+import type { LogFields } from '../../src/logger.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 

@@ -4,7 +4,7 @@ import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { GuardedExecution, resolveAdapterOptions, type AdapterOptions, type CapturedResponse, type HttpAnswer, type OutcomeEvent } from '../../src/adapters/http.js'
 import { createEngine, fingerprintRequest, type Engine, type EngineOptions, type Execution } from '../../src/index.js'
-import type { LogFields } from '../../src/ops/logger.js'
+import type { LogFields } from '../../src/logger.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
@@ -124,6 +124,51 @@ describe('GuardedExecution: what a captured response is stored as', () => {
       expect(await row(execution.key)).toMatchObject({ status: stored, response_status: status })
       expect(await charges(id)).toBe(1)
     }
+  })
+
+  it('runs a statement among functions through the store, never by treating tx as a pg connection (issue 24)', async () => {
+    // A store whose transaction handle is its own object, not a `Queryable`: only its
+    // `runStatement` knows how to send SQL on it, so an adapter that queried `tx` itself fails.
+    interface Handle {
+      readonly connection: Queryable
+    }
+    const sql = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const ran: string[] = []
+    const store = {
+      ...sql,
+      complete: (fence: Parameters<typeof sql.complete>[0], outcome: Parameters<typeof sql.complete>[1], tx?: Handle) => sql.complete(fence, outcome, tx?.connection),
+      transaction: <T>(work: (tx: Handle) => Promise<T>) => sql.transaction((connection) => work({ connection })),
+      runStatement: async (tx: Handle, statement: { text: string; values?: readonly unknown[] }) => {
+        ran.push(statement.text)
+        await tx.connection.query({ text: statement.text, values: [...(statement.values ?? [])] })
+      },
+    }
+    const wrapped = createEngine<Handle>({ store, staleAfterMs: 30_000 })
+    const options = resolveAdapterOptions<never, Handle>({ engine: wrapped, scope: 'global', log: () => undefined })
+    const execution = owned(await wrapped.begin({ scope: 'u1', key: randomUUID(), fingerprint }))
+    const guard = new GuardedExecution(options, execution, performance.now(), ROUTE)
+    const [first, second] = [`ch_a_${execution.key}`, `ch_b_${execution.key}`]
+    const insert = { text: 'INSERT INTO guarded_charges (id) VALUES ($1)', values: [first] }
+    guard.context.writeOnCompletion(insert)
+    guard.context.writeOnCompletion(async (tx) => {
+      await tx.connection.query({ text: 'INSERT INTO guarded_charges (id) VALUES ($1)', values: [second] })
+    })
+    expect(await guard.settle(sent(201))).toBeNull()
+    expect(ran).toEqual([insert.text])
+    expect(await row(execution.key)).toMatchObject({ status: 'completed' })
+    expect([await charges(first), await charges(second)]).toEqual([1, 1])
+
+    // Without `runStatement` the statement is refused: nothing is written, the request is answered.
+    const { runStatement: _omitted, ...sqlless } = store
+    const bare = createEngine<Handle>({ store: sqlless, staleAfterMs: 30_000 })
+    const lines: string[] = []
+    const refused = owned(await bare.begin({ scope: 'u1', key: randomUUID(), fingerprint }))
+    const guarded = new GuardedExecution(resolveAdapterOptions<never, Handle>({ engine: bare, scope: 'global', log: (line) => lines.push(line) }), refused, performance.now(), ROUTE)
+    guarded.context.writeOnCompletion({ text: 'INSERT INTO guarded_charges (id) VALUES ($1)', values: [`ch_c_${refused.key}`] })
+    guarded.context.writeOnCompletion(async () => undefined)
+    expect((await guarded.settle(sent(201)))?.status).toBe(503)
+    expect(await charges(`ch_c_${refused.key}`)).toBe(0)
+    expect(lines.join('\n')).toContain('this store cannot run')
   })
 
   it('without writeOnCompletion work the completion is one statement, with it a transaction', async () => {

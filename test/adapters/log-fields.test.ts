@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { requestLogFields } from '../../src/adapters/log-fields.js'
-import { logKey } from '../../src/ops/logger.js'
+import { logKey } from '../../src/logger.js'
 
 describe('requestLogFields', () => {
   it('hashes the key only when a line is written, and every way of writing one sees the hash (issue 21)', () => {

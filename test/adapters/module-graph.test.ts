@@ -61,6 +61,44 @@ describe("src's modules", () => {
   })
 })
 
+describe('the layers (adapters → engine → store)', () => {
+  /** The folder under src a module lives in, or '' for the neutral modules at its top (errors, logger…). */
+  const layerOf = (file: string) => {
+    const parts = path.relative(src, file).split(path.sep)
+    return parts.length === 1 ? '' : (parts[0] ?? '')
+  }
+  // The entry points (`index.ts`) gather every layer: they are not neutral.
+  const neutral = (file: string) => layerOf(file) === '' && path.basename(file) !== 'index.ts'
+
+  it('the engine imports only itself and the neutral modules; the adapters only the engine besides (issue 24)', async () => {
+    const graph = await importGraph()
+    const crossings: string[] = []
+    for (const [file, targets] of graph) {
+      const allowed = { engine: ['engine'], adapters: ['adapters', 'engine'] }[layerOf(file)]
+      if (allowed === undefined) continue
+      for (const target of targets) if (!neutral(target) && !allowed.includes(layerOf(target))) crossings.push(`${path.relative(src, file)} → ${path.relative(src, target)}`)
+    }
+    expect(crossings).toEqual([])
+  })
+})
+
+describe('the reference service', () => {
+  it('imports only the package’s public entries (the export map’s sources) and the embedded PostgreSQL tool (issue 24)', async () => {
+    const graph = await importGraph()
+    const pkg = JSON.parse(await readFile(new URL('../../package.json', import.meta.url), 'utf8')) as { exports: Record<string, string> }
+    const entries = new Set(Object.values(pkg.exports).filter((target) => target.startsWith('./dist/')).map((target) => path.join(src, target.replace(/^\.\/dist\//, '').replace(/\.js$/, '.ts'))))
+    const inside = (file: string, folder: string) => path.relative(src, file).startsWith(`${folder}${path.sep}`)
+    const reaches: string[] = []
+    for (const [file, targets] of graph) {
+      if (!inside(file, 'reference-service')) continue
+      for (const target of targets) {
+        if (!inside(target, 'reference-service') && !inside(target, 'embedded-postgres') && !entries.has(target)) reaches.push(`${path.relative(src, file)} → ${path.relative(src, target)}`)
+      }
+    }
+    expect(reaches).toEqual([])
+  })
+})
+
 describe('the adapters’ modules', () => {
   it('define each shared helper once in src/adapters (one home each)', async () => {
     const graph = await importGraph()

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { fingerprintRequest, sweepExpiredKeys } from '../../src/index.js'
+import { fingerprintRequest } from '../../src/index.js'
+import { sweepExpiredKeys } from '../../src/ops/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
 import { latch } from '../helpers/deferred.js'

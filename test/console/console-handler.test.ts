@@ -157,3 +157,19 @@ describe('the console with a token', () => {
     expect(audit).toContain('forced=true')
   })
 })
+
+describe('createConsole mounted on your own server', () => {
+  it('names the actor from the peer your server passes, and a peer lets no one in without the token (issue 24)', async () => {
+    await completedKey('c4', 'paid')
+    const mounted = createConsole({ database: database(), staleAfterMs: 1000, log, token: TOKEN })
+    const peer = { localAddress: '127.0.0.1', remoteAddress: '198.51.100.7' }
+    expect((await mounted.fetch(at(''), { localAddress: '127.0.0.1', remoteAddress: '127.0.0.1' })).status).toBe(401)
+    const auth = { authorization: `Bearer ${TOKEN}` }
+    const csrf = /name="oncely-csrf" content="([^"]+)"/.exec(await (await mounted.fetch(at('', { headers: auth }), peer)).text())?.[1] ?? ''
+    const headers = { ...auth, 'x-csrf-token': csrf, origin: 'http://127.0.0.1:4000', 'content-type': 'application/json' }
+    const done = await mounted.fetch(at('/api/release', { method: 'POST', headers, body: JSON.stringify({ user: 'c4', key: 'paid', force: true, confirm: 'paid' }) }), peer)
+    expect(done.status).toBe(200)
+    const audit = lines.find((line) => line.includes('idempotency key released') && line.includes('scope=c4'))
+    expect(audit).toContain('console (token) from 198.51.100.7')
+  })
+})

@@ -52,7 +52,7 @@ export async function raceEngines<T>(
 
 /** A stored response with a JSON body written exactly as given. */
 /** The execution of a decision that must be `execute` (the key was free or taken over). */
-export function owned(decision: Decision<Queryable>): Execution<Queryable> {
+export function owned<Tx = Queryable>(decision: Decision<Tx>): Execution<Tx> {
   if (decision.kind !== 'execute') throw new Error(`expected execute, got ${decision.kind}`)
   return decision.execution
 }

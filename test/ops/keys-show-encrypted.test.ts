@@ -7,7 +7,7 @@ import { fingerprintRequest } from '../../src/index.js'
 import { runCli } from '../helpers/cli.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { ageClaim, engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
-import { inspectKey } from '../../src/index.js'
+import { inspectKey } from '../../src/ops/index.js'
 
 // `oncely keys show` on a row encrypted at rest (issue 23): decrypted with the keys given by flag
 // or environment, and a clear message (exit 1) when none was given or the key id is unknown.

@@ -30,16 +30,21 @@ async function sample(metrics: ReturnType<typeof createMetrics>, name: string, l
 }
 
 describe('oncely/metrics', () => {
-  it("import 'oncely' does not load prom-client; 'oncely/metrics' does", async () => {
-    // A module-load hook prints every file loaded from node_modules, in a real Node process.
+  it("no entry loads prom-client on import, 'oncely/metrics' included; createMetrics does (issue 24)", { timeout: 60_000 }, async () => {
+    // A module-load hook prints every file loaded from node_modules by import, and the CommonJS
+    // cache is printed after the run (createMetrics loads prom-client with require), in a real
+    // Node process.
     const hook = `import { register } from 'node:module'; register('data:text/javascript,' + encodeURIComponent("export async function load(u, c, n) { if (u.includes('/node_modules/')) console.log('LOADED ' + u); return n(u, c) }"))`
-    const loads = async (entry: string) => {
+    const loads = async (entry: string, then = '') => {
       const file = fileURLToPath(new URL(`../../src/${entry}`, import.meta.url))
-      const { stdout } = await run(process.execPath, ['--import', 'tsx', '--import', `data:text/javascript,${encodeURIComponent(hook)}`, '-e', `await import(${JSON.stringify(file)})`])
+      const script = `const loaded = await import(${JSON.stringify(file)}); ${then}; const { createRequire } = await import('node:module'); for (const name of Object.keys(createRequire(import.meta.url).cache)) console.log('REQUIRED ' + name)`
+      const { stdout } = await run(process.execPath, ['--import', 'tsx', '--import', `data:text/javascript,${encodeURIComponent(hook)}`, '--input-type=module', '-e', script])
       return stdout
     }
-    expect(await loads('index.ts')).not.toContain('/prom-client/')
-    expect(await loads('ops/metrics.ts')).toContain('/prom-client/')
+    for (const entry of ['index.ts', 'store/postgres/index.ts', 'adapters/express.ts', 'adapters/hono.ts', 'outbox/index.ts', 'ops/index.ts', 'ops/metrics.ts']) {
+      expect(await loads(entry), entry).not.toContain('/prom-client/')
+    }
+    expect(await loads('ops/metrics.ts', 'loaded.createMetrics()')).toContain('/prom-client/')
   })
 
   it('counts a payload repeated under a new key by the same user, with one sampled log line naming the route', async () => {

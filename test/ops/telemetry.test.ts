@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { fingerprintRequest, instrumentEngine, sweepExpiredKeys, type Engine, type SpanLike, type TracerLike } from '../../src/index.js'
+import { fingerprintRequest, type Engine } from '../../src/index.js'
+import { instrumentEngine, sweepExpiredKeys, type SpanLike, type TracerLike } from '../../src/ops/index.js'
 import { releaseKey } from '../../src/ops/release-key.js'
 import { reconcileStuckClaims } from '../../src/ops/reconciler.js'
 import type { Queryable } from '../../src/store/postgres/index.js'

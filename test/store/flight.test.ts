@@ -1,6 +1,8 @@
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { flight, isPipelining, transaction } from '../../src/store/postgres/statement-runner.js'
+import { writeInOneFlight } from '../../src/store/postgres/index.js'
+import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 
@@ -116,5 +118,24 @@ describe('a flight', () => {
     }
     expect(await listeners()).toBe(before)
     expect(await marked('listener-11')).toBe(1)
+  })
+})
+
+describe('writeInOneFlight (oncely/postgres, issue 24)', () => {
+  it('commits its statements in one round trip on a pipelining pool, or none of them', async () => {
+    const pool = countingPool(db.newPool(1, { pipeline: true }))
+    await writeInOneFlight(pool, [mark('public-a'), mark('public-b')])
+    expect(pool.statements).toEqual(['BEGIN', 'INSERT INTO', 'INSERT INTO', 'COMMIT'])
+    expect(pool.roundTrips()).toBe(1)
+    expect([await marked('public-a'), await marked('public-b')]).toEqual([1, 1])
+
+    // The second statement fails (the row exists): the first is rolled back with it.
+    await expect(writeInOneFlight(pool, [mark('public-c'), mark('public-a')])).rejects.toMatchObject({ code: '23505' })
+    expect(await marked('public-c')).toBe(0)
+  })
+
+  it('refuses a timeout that is not a positive integer, naming it', async () => {
+    await expect(writeInOneFlight(db.pool, [mark('public-d')], { timeoutMs: 0 })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION', message: expect.stringContaining('timeoutMs') as unknown })
+    expect(await marked('public-d')).toBe(0)
   })
 })

@@ -4,10 +4,10 @@ import { invalid, invalidHidden, positiveInteger } from '../../option-validation
 import type { AdminDatabase } from '../admin-database.js'
 import { keyStats } from '../key-stats.js'
 import { inspectKey, listKeys, type KeyDetails } from '../keys.js'
-import { resolveLogger, type LogOption } from '../logger.js'
+import { resolveLogger, type LogOption } from '../../logger.js'
 import type { ReconcileReport } from '../reconciler.js'
 import { releaseKey, type EvictableCache } from '../release-key.js'
-import { actorOf, isLoopbackAddress, LOOPBACK_HOST_NAMES, peerOf, PROXY_HEADERS } from './console-access.js'
+import { actorOf, isLoopbackAddress, LOOPBACK_HOST_NAMES, notePeer, peerOf, PROXY_HEADERS, type ConsolePeer } from './console-access.js'
 import { crossSiteRefusal, hostName, html, json, problem, readCookie, same } from './console-http.js'
 import { consolePage, loginPage } from './console-page.js'
 import { CONSOLE_SCRIPT } from './console-script.js'
@@ -39,8 +39,12 @@ export interface ConsoleOptions {
 }
 
 export interface OperatorConsole {
-  /** Answers a request whose path is under `basePath`; a fetch-style handler. */
-  fetch(request: Request): Promise<Response>
+  /**
+   * Answers a request whose path is under `basePath`; a fetch-style handler. `peer`, the socket
+   * the request came in on as your server saw it, names the actor in the audit line of a release
+   * or a reconcile; it lets no one in (the token does). (Default: none, the actor's address unknown)
+   */
+  fetch(request: Request, peer?: ConsolePeer): Promise<Response>
   readonly basePath: string
 }
 
@@ -58,7 +62,7 @@ const COOKIE = 'oncely_console'
  *
  * @example
  * ```ts
- * import { createConsole } from 'oncely'
+ * import { createConsole } from 'oncely/ops'
  * const operatorConsole = createConsole({ database: { pool }, token: process.env.CONSOLE_TOKEN! })
  * app.all('/console/*', (c) => operatorConsole.fetch(c.req.raw))
  * ```
@@ -68,7 +72,12 @@ export function createConsole(options: ConsoleOptions): OperatorConsole {
   if (typeof options.token !== 'string' || options.token === '') {
     throw invalid('token', 'is required: a console without one is served only by serveConsole, on its own loopback listener', options.token)
   }
-  return buildConsole(options, 'token')
+  const operatorConsole = buildConsole(options, 'token')
+  return Object.freeze({
+    basePath: operatorConsole.basePath,
+    // Only here, behind the token: a loopback listener's console never takes a peer from its caller.
+    fetch: (request: Request, peer?: ConsolePeer) => operatorConsole.fetch(peer === undefined ? request : notePeer(request, peer)),
+  })
 }
 
 /**

@@ -34,7 +34,7 @@ export interface ServedConsole {
  *
  * @example
  * ```ts
- * import { serveConsole } from 'oncely'
+ * import { serveConsole } from 'oncely/ops'
  * const served = await serveConsole({ database: { pool }, port: 4000 })
  * console.log(`console on ${served.url}`)
  * ```

@@ -7,8 +7,7 @@ import { ProviderUnavailableError, type ProviderResult } from '../provider-clien
 import { chargeFrom, declined, providerMetadata, providerUnavailable } from '../responses.js'
 import { insertChargeStatement } from '../sql.js'
 import { chargeSucceededEvent } from '../events.js'
-import { isOncelyError } from '../../errors.js'
-import { logKey } from '../../index.js'
+import { isOncelyError, logKey } from '../../index.js'
 import { CHARGES_ROUTE } from '../operations.js'
 
 /**

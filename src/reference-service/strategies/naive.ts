@@ -1,6 +1,6 @@
 import type { Context } from 'hono'
 import { fingerprintRequest, parseIdempotencyKey } from '../../index.js'
-import type { RequestOutcome } from '../../ops/metrics.js'
+import type { RequestOutcome } from '../../ops/index.js'
 import type { Queryable } from '../../store/postgres/index.js'
 import type { ServiceDeps, ServiceEnv } from '../context.js'
 import { problem, REFUSED_BEFORE_ANY_CLAIM } from '../problem.js'

@@ -5,8 +5,7 @@ import { chargeFrom, declined, providerMetadata, providerUnavailable } from '../
 import { insertChargeStatement } from '../sql.js'
 import { chargeSucceededEvent } from '../events.js'
 import { CHARGES_ROUTE } from '../operations.js'
-import { flight } from '../../store/postgres/statement-runner.js'
-import { DEFAULT_STATEMENT_TIMEOUT_MS } from '../../store/postgres/store.js'
+import { writeInOneFlight } from '../../store/postgres/index.js'
 
 /**
  * NO IDEMPOTENCY (the benchmarks' baseline; never for production). The same business work as
@@ -34,7 +33,7 @@ export function noneRoute(deps: ServiceDeps): Handler<ServiceEnv> {
     // Written as atomic-phases writes them, without a completion: BEGIN, the charge row, the
     // event and COMMIT in one flight, one round trip on the pipelining pool.
     const event = await deps.outbox.prepareEnqueue(chargeSucceededEvent(charge))
-    await flight(deps.pool, 'BEGIN', DEFAULT_STATEMENT_TIMEOUT_MS, [insertChargeStatement(userId, null, charge), event.statement])
+    await writeInOneFlight(deps.pool, [insertChargeStatement(userId, null, charge), event.statement])
     return c.json(charge, 201)
   }
 }

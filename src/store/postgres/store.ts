@@ -3,7 +3,7 @@ import { OncelyError } from '../../errors.js'
 import { describeKind, invalid, invalidHidden, positiveInteger } from '../../option-validation.js'
 import type { CarriedPhases, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, TakeOverInput, WatchedClaim } from '../../engine/store.js'
 import type { ClaimAttempt, ClaimSnapshot, ClaimState, WriteStatement } from '../../engine/types.js'
-import type { PoolLike, Queryable } from './executor.js'
+import { toQueryConfig, type PoolLike, type Queryable } from './executor.js'
 import { claimOf, snapshotOf } from './key-rows.js'
 import { isTransientPgError, SQLSTATE, sqlState } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
@@ -182,6 +182,9 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     },
     async transaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T> {
       return transaction(pool, begin, timeoutMs, work)
+    },
+    async runStatement(tx: Queryable, statement: WriteStatement): Promise<void> {
+      await tx.query(toQueryConfig(statement))
     },
     ...(watcher === undefined ? {} : { watchClaim: (claim: WatchedClaim, wake: () => void) => watcher.watch(claim, wake) }),
     async release(fence: Fence) {

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { invalid } from '../option-validation.js'
+import { invalid } from './option-validation.js'
 
 /** A pino-style logger: pino, bunyan-compatible and most structured loggers have this shape. */
 export interface StructuredLogger {

@@ -1,0 +1,35 @@
+import type { WriteStatement } from '../../engine/types.js'
+import { positiveInteger } from '../../option-validation.js'
+import type { PoolLike } from './executor.js'
+import { flight } from './statement-runner.js'
+import { DEFAULT_STATEMENT_TIMEOUT_MS } from './store.js'
+
+export interface OneFlightOptions {
+  /** Milliseconds each statement may take before it is given up on. (Default: 5000) */
+  timeoutMs?: number
+}
+
+/**
+ * Commits `statements` in one transaction sent whole: BEGIN, the statements in order and COMMIT
+ * leave together on one pooled connection, none waiting for another's answer, so a pipelining
+ * pool (`new pg.Pool({ pipeline: true })`) spends one round trip on them (a plain one queues
+ * them, one round trip each). For writes that decide nothing between them: any failure rolls
+ * the whole transaction back and rejects with the first statement's error (with
+ * `ONCELY_STORE_UNAVAILABLE` when the connection broke). Writes that read an earlier one's result
+ * belong in `withTransaction`.
+ *
+ * @example
+ * ```ts
+ * import pg from 'pg'
+ * import { writeInOneFlight } from 'oncely/postgres'
+ * const pool = new pg.Pool({ pipeline: true })
+ * await writeInOneFlight(pool, [
+ *   { text: 'INSERT INTO orders (id) VALUES ($1)', values: [42] },
+ *   { text: 'INSERT INTO order_lines (order_id, sku) VALUES ($1, $2)', values: [42, 'a'] },
+ * ])
+ * ```
+ */
+export async function writeInOneFlight(pool: PoolLike, statements: readonly WriteStatement[], options: OneFlightOptions = {}): Promise<void> {
+  const timeoutMs = positiveInteger('timeoutMs', options.timeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS)
+  await flight(pool, 'BEGIN', timeoutMs, statements)
+}
