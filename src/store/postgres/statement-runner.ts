@@ -216,41 +216,86 @@ class WatchedConnection {
   readonly tx: Queryable = { query: <R>(config: QueryConfig) => this.query<R>(config) }
   readonly #timeoutMs: number | undefined
   readonly #pipelining: boolean
-  /** Settles once the statement sent last has, on a connection that does not pipeline. */
-  #previous: Promise<unknown> = Promise.resolve()
+  /** A node-postgres client, which takes a callback: the next statement then leaves from it. */
+  readonly #takesCallbacks: boolean
+  /** Statements held back until the one before has answered, on a connection that does not pipeline. */
+  readonly #waiting: Array<() => void> = []
+  #busy = false
   readonly #onError = (error: unknown) => (this.broken ??= error)
 
   constructor(client: PoolClientLike, timeoutMs: number | undefined) {
     this.client = client
     this.#timeoutMs = timeoutMs
     this.#pipelining = isPipelining(client)
+    this.#takesCallbacks = socketOf(client) !== undefined
     ;(client as Partial<Pick<NodeJS.EventEmitter, 'on'>>).on?.('error', this.#onError)
   }
 
   /**
    * Sends `config`, with the store's timeout unless it has its own. A pipelining connection takes
-   * it at once (synchronously: a flight corked around it leaves in one write). Any other waits
-   * here until the statement before it has answered: node-postgres deprecates handing a query to
-   * a connection still executing one (pg 9 refuses it), and would only have queued it, so the
-   * round trips are the same. Behind a statement that broke the connection, nothing more is sent.
+   * it at once (synchronously: a flight corked around it leaves in one write). Any other is handed
+   * it only once the statement before has answered: node-postgres deprecates handing a query to a
+   * connection still executing one (pg 9 refuses it), and would only have queued it, so the round
+   * trips are the same. Behind a statement that broke the connection, nothing more is sent.
    */
   query<R>(config: QueryConfig): Promise<QueryResult<R>> {
     if (this.#pipelining) return this.#send<R>(config)
-    const sent = this.#previous.then(() => {
-      if (this.broken !== undefined) throw new Error('not sent: the connection broke before it', { cause: this.broken })
-      return this.#send<R>(config)
+    return new Promise<QueryResult<R>>((resolve, reject) => {
+      this.#waiting.push(() => {
+        if (this.broken !== undefined) {
+          this.#answered(() => reject(new Error('not sent: the connection broke before it', { cause: this.broken })))
+          return
+        }
+        this.#sendThen<R>(config, (error, result) => this.#answered(() => (error === undefined ? resolve(result as QueryResult<R>) : reject(error))))
+      })
+      if (!this.#busy) this.#next()
     })
-    this.#previous = sent.catch(() => undefined)
-    return sent
   }
 
-  /** A failure without a SQLSTATE breaks the connection. */
+  /**
+   * Hands the next held statement over before the answer reaches its caller: from node-postgres's
+   * own callback it leaves at once, as it would have from the driver's queue, not a turn of the
+   * event loop's microtasks later (measured: a plain connection's flight took a quarter longer that way).
+   */
+  #answered(answer: () => void): void {
+    this.#next()
+    answer()
+  }
+
+  #next(): void {
+    const turn = this.#waiting.shift()
+    this.#busy = turn !== undefined
+    turn?.()
+  }
+
+  #withTimeout(config: QueryConfig): QueryConfig {
+    return this.#timeoutMs === undefined || config.query_timeout !== undefined ? config : { ...config, query_timeout: this.#timeoutMs }
+  }
+
+  #failed(error: unknown): unknown {
+    // A failure without a SQLSTATE breaks the connection.
+    if (sqlState(error) === undefined) this.broken ??= error
+    return error
+  }
+
   async #send<R>(config: QueryConfig): Promise<QueryResult<R>> {
     try {
-      return await this.client.query<R>(this.#timeoutMs === undefined || config.query_timeout !== undefined ? config : { ...config, query_timeout: this.#timeoutMs })
+      return await this.client.query<R>(this.#withTimeout(config))
     } catch (error) {
-      if (sqlState(error) === undefined) this.broken ??= error
-      throw error
+      throw this.#failed(error)
+    }
+  }
+
+  #sendThen<R>(config: QueryConfig, done: (error: Error | undefined, result?: QueryResult<R>) => void): void {
+    if (!this.#takesCallbacks) {
+      this.client.query<R>(this.#withTimeout(config)).then((result) => done(undefined, result), (error: unknown) => done(this.#failed(error) as Error))
+      return
+    }
+    const client = this.client as unknown as { query(config: QueryConfig, callback: (error: unknown, result: QueryResult<R>) => void): void }
+    try {
+      client.query(this.#withTimeout(config), (error, result) => (error === null || error === undefined ? done(undefined, result) : done(this.#failed(error) as Error)))
+    } catch (error) {
+      done(this.#failed(error) as Error)
     }
   }
 
