@@ -1,6 +1,6 @@
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { flight, isPipelining, transaction } from '../../src/store/postgres/statement-runner.js'
+import { flight, isPipelining, transaction, withTransaction } from '../../src/store/postgres/statement-runner.js'
 import { writeInOneFlight } from '../../src/store/postgres/index.js'
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
@@ -118,6 +118,25 @@ describe('a flight', () => {
     }
     expect(await listeners()).toBe(before)
     expect(await marked('listener-11')).toBe(1)
+  })
+
+  it("withTransaction runs on the store's runner: a connection terminated mid-transaction fails the work, does not crash the process, and is not reused", async () => {
+    const pool = db.newPool(1)
+    let lost: unknown
+    await expect(
+      withTransaction(pool, async (tx) => {
+        const { rows } = await tx.query<{ pid: number }>({ text: 'SELECT pg_backend_pid() AS pid' })
+        const closed = new Promise((resolve) => (tx as unknown as pg.PoolClient).once('end', resolve))
+        await db.pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid])
+        // The server's FATAL arrives while no statement runs: pg emits it as the client's 'error'.
+        await closed
+        await tx.query({ text: 'SELECT 1' }).catch((error: unknown) => (lost = error))
+        throw lost
+      }),
+    ).rejects.toBeInstanceOf(Error)
+    expect(lost).toBeInstanceOf(Error)
+    expect(pool.totalCount).toBe(0)
+    expect((await pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }])
   })
 })
 

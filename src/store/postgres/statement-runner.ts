@@ -41,20 +41,29 @@ export async function send<R>(
   what: string,
   onLateAnswer?: (result: QueryResult<R>) => void,
 ): Promise<QueryResult<R>> {
+  try {
+    return await withDeadline(db.query<R>(config), timeoutMs, `PostgreSQL did not answer ${what} within ${timeoutMs} ms`, onLateAnswer)
+  } catch (error) {
+    throw classified(error, what)
+  }
+}
+
+/**
+ * `promise`, or `ONCELY_STORE_UNAVAILABLE` with `message` once `timeoutMs` have passed; what it
+ * resolves to after that goes to `onLate` (a connection handed over late goes back to the pool).
+ */
+async function withDeadline<T>(promise: Promise<T>, timeoutMs: number, message: string, onLate?: (value: T) => void): Promise<T> {
   let timer: NodeJS.Timeout | undefined
-  let gaveUp = false
-  const answer = db.query<R>(config)
-  answer.then((result) => gaveUp && onLateAnswer?.(result), () => undefined)
+  let late = false
+  promise.then((value) => late && onLate?.(value), () => undefined)
   const deadline = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
-      gaveUp = true
-      reject(new OncelyError('ONCELY_STORE_UNAVAILABLE', `PostgreSQL did not answer ${what} within ${timeoutMs} ms`))
+      late = true
+      reject(new OncelyError('ONCELY_STORE_UNAVAILABLE', message))
     }, timeoutMs)
   })
   try {
-    return await Promise.race([answer, deadline])
-  } catch (error) {
-    throw classified(error, what)
+    return await Promise.race([promise, deadline])
   } finally {
     clearTimeout(timer)
   }
@@ -117,42 +126,81 @@ export function isPipelining(connection: unknown): boolean {
  * ```
  */
 export async function withTransaction<T>(pool: PoolLike, work: (tx: Queryable) => Promise<T>): Promise<T> {
-  const client = await pool.connect()
-  let broken: unknown
-  try {
-    const begin = await sendBegin(client, { text: 'BEGIN' })
-    // Known as a transaction: the outbox's enqueue need not ask the database (issue 11).
-    const result = await asOpenTransaction(client, () => work(client))
-    await begin.answered
-    await client.query({ text: 'COMMIT' })
-    return result
-  } catch (error) {
-    try {
-      await client.query({ text: 'ROLLBACK' })
-    } catch (rollbackError) {
-      // A connection that cannot roll back is not given back to the pool.
-      broken = rollbackError
-    }
-    throw error
-  } finally {
-    client.release(broken instanceof Error ? broken : undefined)
-  }
+  return transaction(pool, 'BEGIN', undefined, work)
 }
 
 /**
- * BEGIN (with the store's timeouts) … COMMIT on one pooled connection. An error from `work` is
- * passed on as it is after a clean ROLLBACK; when the connection broke on the way (any of its
- * statements failed without a SQLSTATE, or the ROLLBACK failed), it is `ONCELY_STORE_UNAVAILABLE`
- * and the connection is not given back to the pool. On a pipelining connection, a `work` that
- * sends its writes without awaiting each one costs a single round trip before the COMMIT.
+ * The one BEGIN … COMMIT runner, on one pooled connection: `withTransaction`'s and the store's.
+ * Any error rolls back and is passed on as it is; a connection that broke on the way (it reported
+ * an error, or the ROLLBACK failed) is not given back to the pool. With `timeoutMs`, the store's
+ * own transactions (`begin` holding its timeouts): the connection and every statement without a
+ * `query_timeout` of its own are given up on after it, a statement failing without a SQLSTATE
+ * breaks the connection, and an error on a broken connection is `ONCELY_STORE_UNAVAILABLE`.
+ * Without it (`withTransaction`), nothing is timed, errors are the driver's, and `work` is handed
+ * the pool's own client, all of its API. On a pipelining connection, a `work` that sends its
+ * writes without awaiting each one costs a single round trip before the COMMIT.
  */
 export async function transaction<T>(
   pool: PoolLike,
   begin: string,
-  timeoutMs: number,
+  timeoutMs: number | undefined,
   work: (tx: Queryable) => Promise<T>,
 ): Promise<T> {
-  return inTransaction(new WatchedConnection(await checkOut(pool, timeoutMs)), begin, timeoutMs, work)
+  return onConnection(pool, timeoutMs, async (connection) => {
+    const tx = timeoutMs === undefined ? connection.client : connection.tx
+    try {
+      const sent = await sendBegin(tx, { text: begin }, connection.client)
+      const result = await asOpenTransaction(tx, () => work(tx))
+      await sent.answered
+      await tx.query({ text: 'COMMIT' })
+      return result
+    } catch (error) {
+      if (connection.broken === undefined) {
+        try {
+          await tx.query({ text: 'ROLLBACK' })
+        } catch (rollbackError) {
+          connection.broken = rollbackError
+        }
+      }
+      throw error
+    }
+  })
+}
+
+/**
+ * BEGIN, `statements` and COMMIT sent together, without waiting for any answer in between: on a
+ * pipelining connection one round trip for the whole transaction (issue 11). Nothing decides
+ * between them, so a statement that must stop the commit has to fail in the database: any failure
+ * aborts the transaction, every statement behind it fails with 25P02, and the COMMIT answers
+ * ROLLBACK. The first failure in sending order is thrown (the cause; the rest only followed it),
+ * as `ONCELY_STORE_UNAVAILABLE` when the connection broke. Resolves to the statements' results.
+ * A connection that does not pipeline sends each once the one before has answered
+ * (`WatchedConnection.query`): the same transaction, one round trip a statement.
+ */
+export async function flight(pool: PoolLike, begin: string, timeoutMs: number, writes: readonly WriteStatement[]): Promise<Array<QueryResult<unknown>>> {
+  const statements = writes.map(toQueryConfig)
+  return onConnection(pool, timeoutMs, async (connection) => {
+    const sent = inOneWrite(connection.client, () => [{ text: begin }, ...statements, { text: 'COMMIT' }].map((config) => connection.query<unknown>(config)))
+    const answers = await Promise.allSettled(sent)
+    const failed = answers.find((answer) => answer.status === 'rejected')
+    if (failed === undefined) return answers.slice(1, -1).map((answer) => (answer as PromiseFulfilledResult<QueryResult<unknown>>).value)
+    // Without a SQLSTATE, the connection itself failed: what was sent may or may not have
+    // committed, which the engine finds out by reading its row back (`onConnection`).
+    throw failed.reason
+  })
+}
+
+/** Runs `run` on a connection checked out of `pool` (within `timeoutMs`, when given), then gives it back. */
+async function onConnection<T>(pool: PoolLike, timeoutMs: number | undefined, run: (connection: WatchedConnection) => Promise<T>): Promise<T> {
+  const connection = new WatchedConnection(await checkOut(pool, timeoutMs), timeoutMs)
+  try {
+    return await run(connection)
+  } catch (error) {
+    if (connection.broken !== undefined && timeoutMs !== undefined) throw connectionFailure(error, 'a transaction')
+    throw error
+  } finally {
+    connection.giveBack()
+  }
 }
 
 /**
@@ -164,20 +212,90 @@ export async function transaction<T>(
 class WatchedConnection {
   broken: unknown
   readonly client: PoolClientLike
+  /** The connection as `work` is handed it: every statement goes through `query`. */
+  readonly tx: Queryable = { query: <R>(config: QueryConfig) => this.query<R>(config) }
+  readonly #timeoutMs: number | undefined
+  readonly #pipelining: boolean
+  /** A node-postgres client, which takes a callback: the next statement then leaves from it. */
+  readonly #takesCallbacks: boolean
+  /** Statements held back until the one before has answered, on a connection that does not pipeline. */
+  readonly #waiting: Array<() => void> = []
+  #busy = false
   readonly #onError = (error: unknown) => (this.broken ??= error)
 
-  constructor(client: PoolClientLike) {
+  constructor(client: PoolClientLike, timeoutMs: number | undefined) {
     this.client = client
+    this.#timeoutMs = timeoutMs
+    this.#pipelining = isPipelining(client)
+    this.#takesCallbacks = socketOf(client) !== undefined
     ;(client as Partial<Pick<NodeJS.EventEmitter, 'on'>>).on?.('error', this.#onError)
   }
 
-  /** Sends `config` with the store's timeout unless it has its own; a failure without a SQLSTATE breaks the connection. */
-  async query<R>(config: QueryConfig, timeoutMs: number): Promise<QueryResult<R>> {
+  /**
+   * Sends `config`, with the store's timeout unless it has its own. A pipelining connection takes
+   * it at once (synchronously: a flight corked around it leaves in one write). Any other is handed
+   * it only once the statement before has answered: node-postgres deprecates handing a query to a
+   * connection still executing one (pg 9 refuses it), and would only have queued it, so the round
+   * trips are the same. Behind a statement that broke the connection, nothing more is sent.
+   */
+  query<R>(config: QueryConfig): Promise<QueryResult<R>> {
+    if (this.#pipelining) return this.#send<R>(config)
+    return new Promise<QueryResult<R>>((resolve, reject) => {
+      this.#waiting.push(() => {
+        if (this.broken !== undefined) {
+          this.#answered(() => reject(new Error('not sent: the connection broke before it', { cause: this.broken })))
+          return
+        }
+        this.#sendThen<R>(config, (error, result) => this.#answered(() => (error === undefined ? resolve(result as QueryResult<R>) : reject(error))))
+      })
+      if (!this.#busy) this.#next()
+    })
+  }
+
+  /**
+   * Hands the next held statement over before the answer reaches its caller: from node-postgres's
+   * own callback it leaves at once, as it would have from the driver's queue, not a turn of the
+   * event loop's microtasks later (measured: a plain connection's flight took a quarter longer that way).
+   */
+  #answered(answer: () => void): void {
+    this.#next()
+    answer()
+  }
+
+  #next(): void {
+    const turn = this.#waiting.shift()
+    this.#busy = turn !== undefined
+    turn?.()
+  }
+
+  #withTimeout(config: QueryConfig): QueryConfig {
+    return this.#timeoutMs === undefined || config.query_timeout !== undefined ? config : { ...config, query_timeout: this.#timeoutMs }
+  }
+
+  #failed(error: unknown): unknown {
+    // A failure without a SQLSTATE breaks the connection.
+    if (sqlState(error) === undefined) this.broken ??= error
+    return error
+  }
+
+  async #send<R>(config: QueryConfig): Promise<QueryResult<R>> {
     try {
-      return await this.client.query<R>(config.query_timeout === undefined ? { ...config, query_timeout: timeoutMs } : config)
+      return await this.client.query<R>(this.#withTimeout(config))
     } catch (error) {
-      if (sqlState(error) === undefined) this.broken ??= error
-      throw error
+      throw this.#failed(error)
+    }
+  }
+
+  #sendThen<R>(config: QueryConfig, done: (error: Error | undefined, result?: QueryResult<R>) => void): void {
+    if (!this.#takesCallbacks) {
+      this.client.query<R>(this.#withTimeout(config)).then((result) => done(undefined, result), (error: unknown) => done(this.#failed(error) as Error))
+      return
+    }
+    const client = this.client as unknown as { query(config: QueryConfig, callback: (error: unknown, result: QueryResult<R>) => void): void }
+    try {
+      client.query(this.#withTimeout(config), (error, result) => (error === null || error === undefined ? done(undefined, result) : done(this.#failed(error) as Error)))
+    } catch (error) {
+      done(this.#failed(error) as Error)
     }
   }
 
@@ -186,57 +304,6 @@ class WatchedConnection {
     this.client.release(broken === undefined ? undefined : broken instanceof Error ? broken : new Error('connection broken'))
     // A broken connection is being destroyed and may still report errors: it keeps the listener.
     if (broken === undefined) (this.client as Partial<Pick<NodeJS.EventEmitter, 'off'>>).off?.('error', this.#onError)
-  }
-}
-
-/** `transaction` on a connection already checked out, which it gives back. */
-async function inTransaction<T>(connection: WatchedConnection, begin: string, timeoutMs: number, work: (tx: Queryable) => Promise<T>): Promise<T> {
-  const tx: Queryable = { query: <R>(config: QueryConfig) => connection.query<R>(config, timeoutMs) }
-  try {
-    const sent = await sendBegin(tx, { text: begin }, connection.client)
-    const result = await asOpenTransaction(tx, () => work(tx))
-    await sent.answered
-    await tx.query({ text: 'COMMIT' })
-    return result
-  } catch (error) {
-    if (connection.broken === undefined) {
-      try {
-        await connection.client.query({ text: 'ROLLBACK', query_timeout: timeoutMs })
-      } catch (rollbackError) {
-        connection.broken = rollbackError
-      }
-    }
-    if (connection.broken !== undefined) throw connectionFailure(error, 'a transaction')
-    throw error
-  } finally {
-    connection.giveBack()
-  }
-}
-
-/**
- * BEGIN, `statements` and COMMIT sent together, without waiting for any answer in between: on a
- * pipelining connection one round trip for the whole transaction (issue 11). Nothing decides
- * between them, so a statement that must stop the commit has to fail in the database: any failure
- * aborts the transaction, every statement behind it fails with 25P02, and the COMMIT answers
- * ROLLBACK. The first failure in sending order is thrown (the cause; the rest only followed it),
- * as `ONCELY_STORE_UNAVAILABLE` when the connection broke. Resolves to the statements' results.
- * A connection that does not pipeline queues them and sends each once the one before has
- * answered: the same transaction, one round trip a statement.
- */
-export async function flight(pool: PoolLike, begin: string, timeoutMs: number, writes: readonly WriteStatement[]): Promise<Array<QueryResult<unknown>>> {
-  const statements = writes.map(toQueryConfig)
-  const connection = new WatchedConnection(await checkOut(pool, timeoutMs))
-  try {
-    const sent = inOneWrite(connection.client, () => [{ text: begin }, ...statements, { text: 'COMMIT' }].map((config) => connection.query<unknown>(config, timeoutMs)))
-    const answers = await Promise.allSettled(sent)
-    const failed = answers.find((answer) => answer.status === 'rejected')
-    if (failed === undefined) return answers.slice(1, -1).map((answer) => (answer as PromiseFulfilledResult<QueryResult<unknown>>).value)
-    // Without a SQLSTATE, the connection itself failed: what was sent may or may not have
-    // committed, which the engine finds out by reading its row back.
-    if (connection.broken !== undefined) throw connectionFailure(failed.reason, 'a transaction')
-    throw failed.reason
-  } finally {
-    connection.giveBack()
   }
 }
 
@@ -262,33 +329,12 @@ export function inOneWrite<T>(client: unknown, send: () => T): T {
   }
 }
 
-async function checkOut(pool: PoolLike, timeoutMs: number): Promise<PoolClientLike> {
+/** A connection of `pool`; within `timeoutMs` when given, a failure to connect then classified. */
+async function checkOut(pool: PoolLike, timeoutMs: number | undefined): Promise<PoolClientLike> {
+  if (timeoutMs === undefined) return pool.connect()
   try {
-    return await withTimeout(pool.connect(), timeoutMs, 'a connection')
+    return await withDeadline(pool.connect(), timeoutMs, `PostgreSQL did not hand over a connection within ${timeoutMs} ms`, (late) => late.release())
   } catch (error) {
     throw isTransientPgError(error) || sqlState(error) === undefined ? classified(error, 'a connection') : error
-  }
-}
-
-async function withTimeout<T>(promise: Promise<T>, timeoutMs: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  let timedOut = false
-  promise.then(
-    (value) => {
-      // A connection handed over after the deadline goes straight back to the pool.
-      if (timedOut && typeof (value as { release?: unknown }).release === 'function') (value as unknown as PoolClientLike).release()
-    },
-    () => undefined,
-  )
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      timedOut = true
-      reject(new OncelyError('ONCELY_STORE_UNAVAILABLE', `PostgreSQL did not hand over ${what} within ${timeoutMs} ms`))
-    }, timeoutMs)
-  })
-  try {
-    return await Promise.race([promise, deadline])
-  } finally {
-    clearTimeout(timer)
   }
 }
