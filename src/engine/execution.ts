@@ -3,6 +3,7 @@ import { invalid, optionalFunction } from '../option-validation.js'
 import { publishEnded } from './events.js'
 import type { ResolvedEngineOptions } from './options.js'
 import { decodeStepResult, deriveStepKey, encodeStepResult, toStoredForm } from './phases.js'
+import { Lease } from './lease.js'
 import { describeError, retryTransient } from './retry.js'
 import type { CarriedPhases, Fence, FinalOutcome } from './store.js'
 import type { ClaimKind, ClaimSnapshot, ClaimState, ExecutionState, StoredResponse, WriteStatement } from './types.js'
@@ -161,10 +162,7 @@ export class Execution<Tx = unknown> {
   #lostCode: OncelyErrorCode = 'ONCELY_LOCK_LOST'
   #stepEntered = false
   #finishing = false
-  /** When the last write that renewed the lease was sent (`performance.now()`). */
-  #leaseSentAt: number
-  #lease: NodeJS.Timeout
-  #deadline: NodeJS.Timeout
+  readonly #lease: Lease
   #options: ResolvedEngineOptions<Tx>
 
   constructor(claim: ClaimState, how: ClaimKind, options: ResolvedEngineOptions<Tx>) {
@@ -179,13 +177,16 @@ export class Execution<Tx = unknown> {
     // Invariant 11: a claim that was taken over or suspended may have been acted on.
     this.#interrupted = claim.interrupted || how === 'take-over'
     this.#options = options
-    this.#leaseSentAt = performance.now()
-    this.#lease = setInterval(() => void this.#renewLease(), options.leaseRenewMs)
-    // Issue 8, path 13: the owner itself enforces the deadline; it never takes a live claim.
-    this.#deadline = setTimeout(() => this.#abandon('ONCELY_HANDLER_DEADLINE_EXCEEDED'), options.handlerDeadlineMs)
-    // Timers must never keep a process alive on their own.
-    this.#lease.unref()
-    this.#deadline.unref()
+    this.#lease = new Lease({
+      renew: () => options.store.renewLease(this.#fence, options.ttlMs),
+      renewEveryMs: options.leaseRenewMs,
+      staleAfterMs: options.staleAfterMs,
+      deadlineMs: options.handlerDeadlineMs,
+      onRefused: () => {
+        if (this.#state === 'running' && !this.#finishing) this.#end('lost')
+      },
+      onDeadline: () => this.#abandon('ONCELY_HANDLER_DEADLINE_EXCEEDED'),
+    })
   }
 
   /** The fence token this worker holds (exposed for tests and diagnostics). */
@@ -529,7 +530,7 @@ export class Execution<Tx = unknown> {
       async () => {
         const sentAt = performance.now()
         const result = await attempt()
-        if (result) this.#leaseSentAt = Math.max(this.#leaseSentAt, sentAt)
+        if (result) this.#lease.extend(sentAt)
         return result
       },
       () => (ambiguous = true),
@@ -558,12 +559,12 @@ export class Execution<Tx = unknown> {
   }
 
   async #retrying<T>(what: string, attempt: () => Promise<T>, onTransient?: () => void): Promise<T> {
-    const { store, staleAfterMs } = this.#options
+    const { store } = this.#options
     try {
       return await retryTransient(
         `${what} for key ${JSON.stringify(this.key)}`,
         (error) => store.isTransientError(error),
-        () => this.#leaseSentAt + staleAfterMs,
+        () => this.#lease.staleAt,
         attempt,
         onTransient,
       )
@@ -572,21 +573,6 @@ export class Execution<Tx = unknown> {
       // stale and a retry takes it over.
       if (isUnavailable(error)) this.#abandon('ONCELY_STORE_UNAVAILABLE')
       throw error
-    }
-  }
-
-  async #renewLease(): Promise<void> {
-    if (this.#state !== 'running') return
-    const sentAt = performance.now()
-    try {
-      if (await this.#options.store.renewLease(this.#fence, this.#options.ttlMs)) {
-        this.#leaseSentAt = Math.max(this.#leaseSentAt, sentAt)
-      } else if (this.#state === 'running' && !this.#finishing) {
-        this.#end('lost')
-      }
-    } catch {
-      // A failed renewal is retried at the next tick; if the database stays away, the claim goes
-      // stale and a retry takes it over, and this worker's fenced writes then fail.
     }
   }
 
@@ -617,8 +603,7 @@ export class Execution<Tx = unknown> {
   #end(state: ExecutionState): void {
     if (this.#state === 'running') publishEnded(this, state, this.#lostCode)
     this.#state = state
-    clearInterval(this.#lease)
-    clearTimeout(this.#deadline)
+    this.#lease.stop()
   }
 }
 
