@@ -3,8 +3,9 @@ import { invalid, optionalFunction } from '../option-validation.js'
 import { publishEnded } from './events.js'
 import type { ResolvedEngineOptions } from './options.js'
 import { decodeStepResult, deriveStepKey, encodeStepResult, toStoredForm } from './phases.js'
+import { FencedWriter, isUnavailable } from './fenced-write.js'
 import { Lease } from './lease.js'
-import { describeError, retryTransient } from './retry.js'
+import { describeError } from './retry.js'
 import type { CarriedPhases, Fence, FinalOutcome } from './store.js'
 import type { ClaimKind, ClaimSnapshot, ClaimState, ExecutionState, StoredResponse, WriteStatement } from './types.js'
 
@@ -163,6 +164,7 @@ export class Execution<Tx = unknown> {
   #stepEntered = false
   #finishing = false
   readonly #lease: Lease
+  readonly #writer: FencedWriter
   #options: ResolvedEngineOptions<Tx>
 
   constructor(claim: ClaimState, how: ClaimKind, options: ResolvedEngineOptions<Tx>) {
@@ -186,6 +188,13 @@ export class Execution<Tx = unknown> {
         if (this.#state === 'running' && !this.#finishing) this.#end('lost')
       },
       onDeadline: () => this.#abandon('ONCELY_HANDLER_DEADLINE_EXCEEDED'),
+    })
+    this.#writer = new FencedWriter({
+      store: options.store,
+      scope: claim.scope,
+      key: claim.key,
+      lease: this.#lease,
+      onUnavailable: () => this.#abandon('ONCELY_STORE_UNAVAILABLE'),
     })
   }
 
@@ -242,7 +251,7 @@ export class Execution<Tx = unknown> {
       // Invariant 13: recorded before it is made; a take-over finds it started and skips it.
       if (this.#startedSteps.has(name)) return undefined
       const carried = this.#carried()
-      const marked = await this.#write(`recording step ${JSON.stringify(name)} as started`, () =>
+      const marked = await this.#writer.write(`recording step ${JSON.stringify(name)} as started`, () =>
         this.#options.store.markStepStarted(this.#fence, name, carried),
       )
       if (!marked) this.#lost()
@@ -263,7 +272,7 @@ export class Execution<Tx = unknown> {
       return stored.value as T
     }
     const carried = this.#carried()
-    const committed = await this.#write(`committing step ${JSON.stringify(name)}`, () =>
+    const committed = await this.#writer.write(`committing step ${JSON.stringify(name)}`, () =>
       this.#options.store.commitPhase(this.#fence, name, encoded, carried),
     )
     if (!committed) this.#lost()
@@ -402,18 +411,18 @@ export class Execution<Tx = unknown> {
     let committing: { value: T } | undefined
     this.#finishing = true
     try {
-      return await this.#retrying('completing in a transaction', async () => {
+      return await this.#writer.retrying('completing in a transaction', async () => {
         // Every try after the first follows a transient error, which can hide a COMMIT that
         // landed. Only an attempt that reached its COMMIT can have.
         const earlier = committing
-        if (earlier !== undefined && this.#settledByMe(await this.#readBack(), outcome.status)) return this.#ended(outcome.status, earlier.value)
+        if (earlier !== undefined && this.#settledByMe(await this.#writer.readBack(), outcome.status)) return this.#ended(outcome.status, earlier.value)
         try {
           const value = await attempt(outcome, (result) => (committing = { value: result }))
           return this.#ended(outcome.status, value)
         } catch (error) {
           // That COMMIT may still be on its way and land after the read-back, while this attempt
           // waits for the row it locked: then this fence fails on this worker's own completion.
-          if (error instanceof LockLostSignal && earlier !== undefined && this.#settledByMe(await this.#readBack(), outcome.status)) {
+          if (error instanceof LockLostSignal && earlier !== undefined && this.#settledByMe(await this.#writer.readBack(), outcome.status)) {
             return this.#ended(outcome.status, earlier.value)
           }
           throw error
@@ -461,7 +470,7 @@ export class Execution<Tx = unknown> {
   }
 
   async #suspend(outcomeError: string | undefined): Promise<void> {
-    const ok = await this.#write(
+    const ok = await this.#writer.write(
       'suspending the claim',
       () => this.#options.store.suspend(this.#fence, outcomeError),
       // A suspended claim keeps its id and loses the token; the refused retry already said the
@@ -482,7 +491,7 @@ export class Execution<Tx = unknown> {
     try {
       const ok =
         tx === undefined
-          ? await this.#write(
+          ? await this.#writer.write(
               `storing the ${outcome.status} outcome`,
               () => store.complete(this.#fence, outcome),
               (row) => this.#settledByMe(row, outcome.status),
@@ -515,33 +524,9 @@ export class Execution<Tx = unknown> {
     return new OncelyError('ONCELY_OUTCOME_NOT_RECORDED', `the outcome of key ${JSON.stringify(this.key)} could not be stored: ${reason}`, { cause: error })
   }
 
-  /**
-   * One fenced write, retried while the database is away for as long as the lease allows
-   * (issue 8, path 4). A transient error can hide a commit: when a later attempt finds the fence
-   * gone, the row is read back and `recognise` says whether it holds this worker's own write. A
-   * write that keeps the fence (a step's commit or mark) needs none: its repeat lands again, so a
-   * refused repeat means a take-over. Past the lease, the worker stops renewing and throws
-   * `ONCELY_STORE_UNAVAILABLE`.
-   */
-  async #write(what: string, attempt: () => Promise<boolean>, recognise?: (row: ClaimSnapshot | null) => boolean): Promise<boolean> {
-    let ambiguous = false
-    const ok = await this.#retrying(
-      what,
-      async () => {
-        const sentAt = performance.now()
-        const result = await attempt()
-        if (result) this.#lease.extend(sentAt)
-        return result
-      },
-      () => (ambiguous = true),
-    )
-    if (ok || !ambiguous || recognise === undefined) return ok
-    return recognise(await this.#readBack())
-  }
-
   /** The fenced delete of an untouched claim; true once it is gone, this worker's answer lost or not. */
   #deleteClaim(): Promise<boolean> {
-    return this.#write(
+    return this.#writer.write(
       'releasing the claim',
       () => this.#options.store.release(this.#fence),
       // The same claim still there means a take-over; another claim means the key was freed.
@@ -549,31 +534,9 @@ export class Execution<Tx = unknown> {
     )
   }
 
-  #readBack(): Promise<ClaimSnapshot | null> {
-    return this.#retrying('reading the key back', () => this.#options.store.read(this.scope, this.key))
-  }
-
   /** Whether `row` is this worker's own settled outcome: settled rows keep the writer's token. */
   #settledByMe(row: ClaimSnapshot | null, status: 'completed' | 'failed'): boolean {
     return row !== null && row.status === status && row.fenceToken === this.#fence.fenceToken
-  }
-
-  async #retrying<T>(what: string, attempt: () => Promise<T>, onTransient?: () => void): Promise<T> {
-    const { store } = this.#options
-    try {
-      return await retryTransient(
-        `${what} for key ${JSON.stringify(this.key)}`,
-        (error) => store.isTransientError(error),
-        () => this.#lease.staleAt,
-        attempt,
-        onTransient,
-      )
-    } catch (error) {
-      // Invariant 12: an owner that cannot write its outcome stops renewing, so the claim goes
-      // stale and a retry takes it over.
-      if (isUnavailable(error)) this.#abandon('ONCELY_STORE_UNAVAILABLE')
-      throw error
-    }
   }
 
   #assertRunning(): void {
@@ -605,10 +568,6 @@ export class Execution<Tx = unknown> {
     this.#state = state
     this.#lease.stop()
   }
-}
-
-function isUnavailable(error: unknown): boolean {
-  return error instanceof OncelyError && error.code === 'ONCELY_STORE_UNAVAILABLE'
 }
 
 const LOST_MESSAGES = {
