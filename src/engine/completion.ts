@@ -148,7 +148,7 @@ export async function complete<Tx, T>(holder: CompletingHolder<Tx>, plan: Comple
               () => holder.store.complete(holder.fence, outcome),
               (row) => settledBy(holder.fence, row, outcome.status),
             )
-          : await holder.store.complete(holder.fence, outcome, plan.tx)
+          : await holder.store.complete(holder.fence, { ...outcome, tx: plan.tx })
       if (!ok) throw new LockLostSignal()
       holder.ended(outcome.status)
       return undefined as T
@@ -205,7 +205,7 @@ async function attemptOnce<Tx, T>(holder: CompletingHolder<Tx>, plan: OwnTransac
     attempt.status = plan.outcome.status
     // Sent with its COMMIT: from here on, an error may hide a landed completion.
     committing(undefined as T)
-    if (!(await store.completeInFlight(fence, plan.outcome, plan.statements))) throw new LockLostSignal()
+    if (!(await store.complete(fence, { ...plan.outcome, statements: plan.statements }))) throw new LockLostSignal()
     return undefined as T
   }
   return store.transaction(async (tx) => {
@@ -218,7 +218,7 @@ async function attemptOnce<Tx, T>(holder: CompletingHolder<Tx>, plan: OwnTransac
 async function workThenComplete<Tx, T>(holder: CompletingHolder<Tx>, work: CompletionWork<Tx, T>, tx: Tx, attempt: Attempt): Promise<T> {
   const result = await work(tx)
   attempt.status = result.status ?? 'completed'
-  if (!(await holder.store.complete(holder.fence, { status: attempt.status, response: result.response }, tx))) {
+  if (!(await holder.store.complete(holder.fence, { status: attempt.status, response: result.response, tx }))) {
     // Invariant 3: the business writes of a holder that lost its claim must not land.
     throw new LockLostSignal()
   }
@@ -233,7 +233,7 @@ async function workThenComplete<Tx, T>(holder: CompletingHolder<Tx>, work: Compl
  */
 async function completeThenWrite<Tx, T>(holder: CompletingHolder<Tx>, plan: Extract<CompletionPlan<Tx>, { kind: 'with-writes' }>, tx: Tx, attempt: Attempt): Promise<T> {
   attempt.status = plan.outcome.status
-  const fenced = holder.store.complete(holder.fence, plan.outcome, tx)
+  const fenced = holder.store.complete(holder.fence, { ...plan.outcome, tx })
   // Its failure is thrown below; never unhandled meanwhile.
   fenced.catch(() => undefined)
   try {

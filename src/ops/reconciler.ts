@@ -168,7 +168,8 @@ async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Pr
   let settled: 'completed' | 'failed' | undefined
   const settle = (status: 'completed' | 'failed') => async (response: StoredResponse, settleOptions: { tx?: Tx } = {}) => {
     if (settled !== undefined) throw invalid('complete/fail', `was already called (${settled})`, status)
-    if (!(await store.complete(fence, { status, response }, settleOptions.tx))) throw new LostClaim()
+    const { tx } = settleOptions
+    if (!(await store.complete(fence, tx === undefined ? { status, response } : { status, response, tx }))) throw new LostClaim()
     settled = status
   }
   const stepKey = (step: string) => deriveStepKey({ scope: claim.scope, key: claim.key, claimId: claim.claimId, step })
