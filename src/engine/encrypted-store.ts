@@ -1,7 +1,7 @@
 import { isSealedBytes, isSealedText, openBytes, openJson, sealBytes, sealJson, type Keyring, type SealedPlace } from './encryption-keys.js'
 import { decorateStore } from './store-decorator.js'
-import type { CarriedPhases, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, TakeOverInput } from './store.js'
-import type { ClaimAttempt, ClaimSnapshot, ClaimState, StoredResponse, WriteStatement } from './types.js'
+import type { CarriedPhases, ClaimRequest, Fence, IdempotencyStore, ReclaimInput, SeenClaim, StoreCompletion, TakeOverInput } from './store.js'
+import type { ClaimAttempt, ClaimSnapshot, ClaimState, StoredResponse } from './types.js'
 
 const stepPlace = (where: { scope: string; key: string }, step: string): SealedPlace => ({ scope: where.scope, key: where.key, field: `step:${step}` })
 const responsePlace = (where: { scope: string; key: string }): SealedPlace => ({ scope: where.scope, key: where.key, field: 'response' })
@@ -17,7 +17,7 @@ export function withEncryption<Tx>(store: IdempotencyStore<Tx>, ring: Keyring): 
   const sealPhases = (where: { scope: string; key: string }, phases: Record<string, unknown>) =>
     Object.fromEntries(Object.entries(phases).map(([name, result]) => [name, sealJson(ring, stepPlace(where, name), result)]))
   const sealCarried = (fence: Fence, carried: CarriedPhases | undefined) => carried && { ...carried, phases: sealPhases(fence, carried.phases) }
-  const sealOutcome = (fence: Fence, outcome: FinalOutcome): FinalOutcome => ({ ...outcome, response: sealResponse(ring, fence, outcome.response) })
+  const sealOutcome = (fence: Fence, completion: StoreCompletion<Tx>): StoreCompletion<Tx> => ({ ...completion, response: sealResponse(ring, fence, completion.response) })
   const openState = <S extends ClaimState | ClaimSnapshot | null>(state: S): S => (state === null ? state : openRow(ring, state))
 
   const encrypted: Partial<IdempotencyStore<Tx>> = {
@@ -31,8 +31,7 @@ export function withEncryption<Tx>(store: IdempotencyStore<Tx>, ring: Keyring): 
     commitPhase: (fence: Fence, phase: string, result: unknown, carried?: CarriedPhases) =>
       store.commitPhase(fence, phase, sealJson(ring, stepPlace(fence, phase), result), sealCarried(fence, carried)),
     markStepStarted: (fence: Fence, step: string, carried?: CarriedPhases) => store.markStepStarted(fence, step, sealCarried(fence, carried)),
-    complete: (fence: Fence, outcome: FinalOutcome, tx?: Tx) => store.complete(fence, sealOutcome(fence, outcome), tx),
-    completeInFlight: (fence: Fence, outcome: FinalOutcome, writes: readonly WriteStatement[]) => store.completeInFlight(fence, sealOutcome(fence, outcome), writes),
+    complete: (fence: Fence, completion: StoreCompletion<Tx>) => store.complete(fence, sealOutcome(fence, completion)),
   }
   return decorateStore(store, encrypted)
 }

@@ -1,11 +1,15 @@
 import { OncelyError, type OncelyErrorCode } from '../errors.js'
-import { invalid, optionalFunction } from '../option-validation.js'
+import { invalid } from '../option-validation.js'
+import { complete, planCompletion, type CompletingHolder, type CompletionOptions, type CompletionPlan, type CompletionWork } from './completion.js'
+export type { CompletionOptions } from './completion.js'
 import { publishEnded } from './events.js'
 import type { ResolvedEngineOptions } from './options.js'
 import { decodeStepResult, deriveStepKey, encodeStepResult, toStoredForm } from './phases.js'
-import { describeError, retryTransient } from './retry.js'
-import type { CarriedPhases, Fence, FinalOutcome } from './store.js'
-import type { ClaimKind, ClaimSnapshot, ClaimState, ExecutionState, StoredResponse, WriteStatement } from './types.js'
+import { FencedWriter, isUnavailable } from './fenced-write.js'
+import { Lease } from './lease.js'
+import { describeError } from './retry.js'
+import type { CarriedPhases, Fence } from './store.js'
+import type { ClaimKind, ClaimState, ExecutionState, StoredResponse } from './types.js'
 
 /** What a step's function receives. */
 export interface StepContext {
@@ -46,59 +50,6 @@ export interface StepOptions {
   commit?: 'now' | 'with-next-write'
 }
 
-/** Where `complete` and `fail` store the outcome besides the store's own connection. */
-export interface CompletionOptions<Tx> {
-  /**
-   * Your open transaction: the completion commits or rolls back with it (Invariant 8). One
-   * attempt; your code owns the transaction's retries. (Default: none)
-   */
-  tx?: Tx
-  /**
-   * Business writes to commit with the completion, in a transaction the store opens: the fenced
-   * completion is sent first and `writes` behind it, and if the claim was lost everything rolls
-   * back with `ONCELY_LOCK_LOST`. Retried like `completeInTransaction`, so `writes` must only
-   * write through the `tx` it is given. On a pipelining pool (`new pg.Pool({ pipeline: true })`)
-   * writes sent without awaiting each other leave with BEGIN and the completion in one round
-   * trip, and the COMMIT in a second; `statements` saves that second one. Not with `tx`.
-   * (Default: none)
-   *
-   * @example
-   * ```ts
-   * import { enqueue } from 'oncely/outbox'
-   * await execution.complete(response, {
-   *   writes: async (tx) => {
-   *     await Promise.all([
-   *       tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: [id] }),
-   *       enqueue(tx, { type: 'charge.succeeded', key: 'cus_1', payload: { id } }),
-   *     ])
-   *   },
-   * })
-   * ```
-   */
-  // A method signature: checked bivariantly, so an Execution<Queryable> is still an Execution<unknown>.
-  writes?(this: void, tx: Tx): Promise<void>
-  /**
-   * Business writes as statements, committed with the completion in a transaction the store
-   * opens: BEGIN, the fenced completion, these statements in order and COMMIT leave together, so
-   * on a pipelining pool the whole completion is one round trip (issue 11). If the claim was lost,
-   * the completion fails in the database and everything rolls back with `ONCELY_LOCK_LOST`; a
-   * statement that fails rolls everything back too (`ONCELY_OUTCOME_NOT_RECORDED` with its error
-   * as the cause, or a retry of the whole flight when the error is transient). A statement cannot
-   * use another's result: where one must, use `writes`. Not with `tx` or `writes`. (Default: none)
-   *
-   * @example
-   * ```ts
-   * import { createOutbox } from 'oncely/outbox'
-   * const outbox = createOutbox()
-   * const event = await outbox.prepareEnqueue({ type: 'charge.succeeded', key: 'cus_1', payload: { id } })
-   * await execution.complete(response, {
-   *   statements: [{ text: 'INSERT INTO charges (id) VALUES ($1)', values: [id] }, event.statement],
-   * })
-   * ```
-   */
-  statements?: readonly WriteStatement[]
-}
-
 function checkStepOptions(options: StepOptions): void {
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
   if (options.delivery !== undefined && options.delivery !== 'at-least-once' && options.delivery !== 'at-most-once') {
@@ -108,32 +59,6 @@ function checkStepOptions(options: StepOptions): void {
     throw invalid('commit', "must be 'now' or 'with-next-write'", options.commit)
   }
 }
-
-function checkCompletionOptions<Tx>(options: CompletionOptions<Tx>): CompletionOptions<Tx> {
-  if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
-  optionalFunction('writes', options.writes)
-  if (options.writes !== undefined && options.tx !== undefined) {
-    throw invalid('writes', 'must be left out with tx (with your own transaction, write in it and pass it as tx)', options.writes)
-  }
-  const { statements } = options
-  if (statements === undefined) return options
-  if (!Array.isArray(statements) || !statements.every(isWriteStatement)) {
-    throw invalid('statements', 'must be an array of { text, values? } with text a string and values an array', statements)
-  }
-  if (options.tx !== undefined || options.writes !== undefined) {
-    throw invalid('statements', 'must be left out with tx or writes (put every write in one of them)', statements)
-  }
-  return options
-}
-
-function isWriteStatement(value: unknown): value is WriteStatement {
-  // Anything but null and undefined can be destructured, and a primitive has no text.
-  const { text, values, name } = (value ?? {}) as Partial<Record<keyof WriteStatement, unknown>>
-  return typeof text === 'string' && (values === undefined || Array.isArray(values)) && (name === undefined || typeof name === 'string')
-}
-
-/** Thrown inside the completion transaction to roll it back when the fence fails. */
-class LockLostSignal extends Error {}
 
 /**
  * The right to run one key's operation, held by exactly one worker at a time. Runs the handler's
@@ -161,10 +86,9 @@ export class Execution<Tx = unknown> {
   #lostCode: OncelyErrorCode = 'ONCELY_LOCK_LOST'
   #stepEntered = false
   #finishing = false
-  /** When the last write that renewed the lease was sent (`performance.now()`). */
-  #leaseSentAt: number
-  #lease: NodeJS.Timeout
-  #deadline: NodeJS.Timeout
+  readonly #lease: Lease
+  readonly #writer: FencedWriter
+  readonly #completing: CompletingHolder<Tx>
   #options: ResolvedEngineOptions<Tx>
 
   constructor(claim: ClaimState, how: ClaimKind, options: ResolvedEngineOptions<Tx>) {
@@ -179,13 +103,31 @@ export class Execution<Tx = unknown> {
     // Invariant 11: a claim that was taken over or suspended may have been acted on.
     this.#interrupted = claim.interrupted || how === 'take-over'
     this.#options = options
-    this.#leaseSentAt = performance.now()
-    this.#lease = setInterval(() => void this.#renewLease(), options.leaseRenewMs)
-    // Issue 8, path 13: the owner itself enforces the deadline; it never takes a live claim.
-    this.#deadline = setTimeout(() => this.#abandon('ONCELY_HANDLER_DEADLINE_EXCEEDED'), options.handlerDeadlineMs)
-    // Timers must never keep a process alive on their own.
-    this.#lease.unref()
-    this.#deadline.unref()
+    this.#lease = new Lease({
+      renew: () => options.store.renewLease(this.#fence, options.ttlMs),
+      renewEveryMs: options.leaseRenewMs,
+      staleAfterMs: options.staleAfterMs,
+      deadlineMs: options.handlerDeadlineMs,
+      onRefused: () => {
+        if (this.#state === 'running' && !this.#finishing) this.#end('lost')
+      },
+      onDeadline: () => this.#abandon('ONCELY_HANDLER_DEADLINE_EXCEEDED'),
+    })
+    this.#writer = new FencedWriter({
+      store: options.store,
+      scope: claim.scope,
+      key: claim.key,
+      lease: this.#lease,
+      onUnavailable: () => this.#abandon('ONCELY_STORE_UNAVAILABLE'),
+    })
+    this.#completing = {
+      store: options.store,
+      fence: this.#fence,
+      writer: this.#writer,
+      ended: (status) => this.#end(status),
+      lost: () => this.#lost(),
+      notRecorded: (error) => this.#notRecorded(error),
+    }
   }
 
   /** The fence token this worker holds (exposed for tests and diagnostics). */
@@ -241,7 +183,7 @@ export class Execution<Tx = unknown> {
       // Invariant 13: recorded before it is made; a take-over finds it started and skips it.
       if (this.#startedSteps.has(name)) return undefined
       const carried = this.#carried()
-      const marked = await this.#write(`recording step ${JSON.stringify(name)} as started`, () =>
+      const marked = await this.#writer.write(`recording step ${JSON.stringify(name)} as started`, () =>
         this.#options.store.markStepStarted(this.#fence, name, carried),
       )
       if (!marked) this.#lost()
@@ -262,7 +204,7 @@ export class Execution<Tx = unknown> {
       return stored.value as T
     }
     const carried = this.#carried()
-    const committed = await this.#write(`committing step ${JSON.stringify(name)}`, () =>
+    const committed = await this.#writer.write(`committing step ${JSON.stringify(name)}`, () =>
       this.#options.store.commitPhase(this.#fence, name, encoded, carried),
     )
     if (!committed) this.#lost()
@@ -292,7 +234,7 @@ export class Execution<Tx = unknown> {
    * and a retry takes it over once it is stale and resumes after the last committed phase.
    */
   async complete(response: StoredResponse, options: CompletionOptions<Tx> = {}): Promise<void> {
-    await this.#finish({ status: 'completed', response }, options)
+    await this.#finish(planCompletion({ status: 'completed', response }, options))
   }
 
   /**
@@ -300,7 +242,7 @@ export class Execution<Tx = unknown> {
    * effect may have happened, such as a card declined by the provider (Invariant 7).
    */
   async fail(response: StoredResponse, options: CompletionOptions<Tx> = {}): Promise<void> {
-    await this.#finish({ status: 'failed', response }, options)
+    await this.#finish(planCompletion({ status: 'failed', response }, options))
   }
 
   /**
@@ -320,110 +262,9 @@ export class Execution<Tx = unknown> {
    * ```
    */
   async completeInTransaction<T>(
-    work: (tx: Tx) => Promise<{ response: StoredResponse; status?: 'completed' | 'failed'; value: T }>,
+    work: CompletionWork<Tx, T>,
   ): Promise<T> {
-    const { store } = this.#options
-    return this.#inOwnTransaction(async (tx, outcome) => {
-      const result = await work(tx)
-      outcome.status = result.status ?? 'completed'
-      if (!(await store.complete(this.#fence, { status: outcome.status, response: result.response }, tx))) {
-        // Invariant 3: the business writes of a worker that lost its claim must not land.
-        throw new LockLostSignal()
-      }
-      return result.value
-    })
-  }
-
-  /**
-   * The completion with `writes`: the fenced completion is sent first and the writes behind it,
-   * so on a pipelining pool BEGIN, the completion and writes that do not await each other leave
-   * in one flight and the COMMIT in a second (issue 11). The row lock the completion takes is
-   * held only until that COMMIT; a lost fence rolls the writes back.
-   */
-  async #completeWith(outcome: FinalOutcome, writes: (tx: Tx) => Promise<void>): Promise<void> {
-    const { store } = this.#options
-    await this.#inOwnTransaction(async (tx, attempt) => {
-      attempt.status = outcome.status
-      const fenced = store.complete(this.#fence, outcome, tx)
-      // Its failure is thrown below; never unhandled meanwhile.
-      fenced.catch(() => undefined)
-      try {
-        await writes(tx)
-      } catch (error) {
-        // The completion went first: when it failed (a lock timeout, say), the writes behind it
-        // failed only because the transaction was aborted (25P02). Its error is the cause, and
-        // decides whether the transaction is retried.
-        throw (await fenced.then(() => undefined, (cause: unknown) => cause)) ?? error
-      }
-      if (!(await fenced)) throw new LockLostSignal()
-      return undefined
-    })
-  }
-
-  /**
-   * The completion with `statements`: one flight of BEGIN, the fenced completion, the statements
-   * and COMMIT (issue 11), retried like `completeInTransaction`.
-   */
-  async #completeInFlight(outcome: FinalOutcome, statements: readonly WriteStatement[]): Promise<void> {
-    const { store } = this.#options
-    await this.#landing(async (attempt, committing) => {
-      attempt.status = outcome.status
-      // Sent with its COMMIT: from here on, an error may hide a landed completion.
-      committing(undefined)
-      if (!(await store.completeInFlight(this.#fence, outcome, statements))) throw new LockLostSignal()
-    })
-  }
-
-  /** Runs `run` in a transaction of the store, retried on transient errors (`#landing`). */
-  async #inOwnTransaction<T>(run: (tx: Tx, outcome: { status: 'completed' | 'failed' }) => Promise<T>): Promise<T> {
-    const { store } = this.#options
-    return this.#landing((outcome, committing) =>
-      store.transaction(async (tx) => {
-        const result = await run(tx, outcome)
-        committing(result)
-        return result
-      }),
-    )
-  }
-
-  /**
-   * Runs `attempt` until its transaction lands, retrying transient errors (issue 8, path 4).
-   * `attempt` calls `committing` with its value once its COMMIT may be on the way. Such an
-   * attempt's COMMIT may have landed with only its answer lost, or may land late, after the
-   * worker stopped waiting for it (issue 22): the row is read back before writing again, and
-   * again before calling a failed fence a take-over.
-   */
-  async #landing<T>(
-    attempt: (outcome: { status: 'completed' | 'failed' }, committing: (value: T) => void) => Promise<T>,
-  ): Promise<T> {
-    this.#assertRunning()
-    const outcome: { status: 'completed' | 'failed' } = { status: 'completed' }
-    let committing: { value: T } | undefined
-    this.#finishing = true
-    try {
-      return await this.#retrying('completing in a transaction', async () => {
-        // Every try after the first follows a transient error, which can hide a COMMIT that
-        // landed. Only an attempt that reached its COMMIT can have.
-        const earlier = committing
-        if (earlier !== undefined && this.#settledByMe(await this.#readBack(), outcome.status)) return this.#ended(outcome.status, earlier.value)
-        try {
-          const value = await attempt(outcome, (result) => (committing = { value: result }))
-          return this.#ended(outcome.status, value)
-        } catch (error) {
-          // That COMMIT may still be on its way and land after the read-back, while this attempt
-          // waits for the row it locked: then this fence fails on this worker's own completion.
-          if (error instanceof LockLostSignal && earlier !== undefined && this.#settledByMe(await this.#readBack(), outcome.status)) {
-            return this.#ended(outcome.status, earlier.value)
-          }
-          throw error
-        }
-      })
-    } catch (error) {
-      if (error instanceof LockLostSignal) this.#lost()
-      throw await this.#notRecorded(error)
-    } finally {
-      this.#finishing = false
-    }
+    return this.#finish({ kind: 'after-work', work })
   }
 
   /**
@@ -460,7 +301,7 @@ export class Execution<Tx = unknown> {
   }
 
   async #suspend(outcomeError: string | undefined): Promise<void> {
-    const ok = await this.#write(
+    const ok = await this.#writer.write(
       'suspending the claim',
       () => this.#options.store.suspend(this.#fence, outcomeError),
       // A suspended claim keeps its id and loses the token; the refused retry already said the
@@ -471,27 +312,12 @@ export class Execution<Tx = unknown> {
     this.#end('suspended')
   }
 
-  async #finish(outcome: FinalOutcome, options: CompletionOptions<Tx>): Promise<void> {
-    const { tx, writes, statements } = checkCompletionOptions(options)
-    if (writes !== undefined) return this.#completeWith(outcome, writes)
-    if (statements !== undefined) return this.#completeInFlight(outcome, statements)
+  /** Carries one completion plan out (`completion.ts`): the claim ends with it, or is lost. */
+  async #finish<T>(plan: CompletionPlan<Tx, T>): Promise<T> {
     this.#assertRunning()
-    const { store } = this.#options
     this.#finishing = true
     try {
-      const ok =
-        tx === undefined
-          ? await this.#write(
-              `storing the ${outcome.status} outcome`,
-              () => store.complete(this.#fence, outcome),
-              (row) => this.#settledByMe(row, outcome.status),
-            )
-          : // The caller's transaction: one attempt, the caller owns its retries.
-            await store.complete(this.#fence, outcome, tx)
-      if (!ok) this.#lost()
-      this.#end(outcome.status)
-    } catch (error) {
-      throw await this.#notRecorded(error)
+      return await complete(this.#completing, plan)
     } finally {
       this.#finishing = false
     }
@@ -514,80 +340,14 @@ export class Execution<Tx = unknown> {
     return new OncelyError('ONCELY_OUTCOME_NOT_RECORDED', `the outcome of key ${JSON.stringify(this.key)} could not be stored: ${reason}`, { cause: error })
   }
 
-  /**
-   * One fenced write, retried while the database is away for as long as the lease allows
-   * (issue 8, path 4). A transient error can hide a commit: when a later attempt finds the fence
-   * gone, the row is read back and `recognise` says whether it holds this worker's own write. A
-   * write that keeps the fence (a step's commit or mark) needs none: its repeat lands again, so a
-   * refused repeat means a take-over. Past the lease, the worker stops renewing and throws
-   * `ONCELY_STORE_UNAVAILABLE`.
-   */
-  async #write(what: string, attempt: () => Promise<boolean>, recognise?: (row: ClaimSnapshot | null) => boolean): Promise<boolean> {
-    let ambiguous = false
-    const ok = await this.#retrying(
-      what,
-      async () => {
-        const sentAt = performance.now()
-        const result = await attempt()
-        if (result) this.#leaseSentAt = Math.max(this.#leaseSentAt, sentAt)
-        return result
-      },
-      () => (ambiguous = true),
-    )
-    if (ok || !ambiguous || recognise === undefined) return ok
-    return recognise(await this.#readBack())
-  }
-
   /** The fenced delete of an untouched claim; true once it is gone, this worker's answer lost or not. */
   #deleteClaim(): Promise<boolean> {
-    return this.#write(
+    return this.#writer.write(
       'releasing the claim',
       () => this.#options.store.release(this.#fence),
       // The same claim still there means a take-over; another claim means the key was freed.
       (row) => row === null || row.claimId !== this.claimId,
     )
-  }
-
-  #readBack(): Promise<ClaimSnapshot | null> {
-    return this.#retrying('reading the key back', () => this.#options.store.read(this.scope, this.key))
-  }
-
-  /** Whether `row` is this worker's own settled outcome: settled rows keep the writer's token. */
-  #settledByMe(row: ClaimSnapshot | null, status: 'completed' | 'failed'): boolean {
-    return row !== null && row.status === status && row.fenceToken === this.#fence.fenceToken
-  }
-
-  async #retrying<T>(what: string, attempt: () => Promise<T>, onTransient?: () => void): Promise<T> {
-    const { store, staleAfterMs } = this.#options
-    try {
-      return await retryTransient(
-        `${what} for key ${JSON.stringify(this.key)}`,
-        (error) => store.isTransientError(error),
-        () => this.#leaseSentAt + staleAfterMs,
-        attempt,
-        onTransient,
-      )
-    } catch (error) {
-      // Invariant 12: an owner that cannot write its outcome stops renewing, so the claim goes
-      // stale and a retry takes it over.
-      if (isUnavailable(error)) this.#abandon('ONCELY_STORE_UNAVAILABLE')
-      throw error
-    }
-  }
-
-  async #renewLease(): Promise<void> {
-    if (this.#state !== 'running') return
-    const sentAt = performance.now()
-    try {
-      if (await this.#options.store.renewLease(this.#fence, this.#options.ttlMs)) {
-        this.#leaseSentAt = Math.max(this.#leaseSentAt, sentAt)
-      } else if (this.#state === 'running' && !this.#finishing) {
-        this.#end('lost')
-      }
-    } catch {
-      // A failed renewal is retried at the next tick; if the database stays away, the claim goes
-      // stale and a retry takes it over, and this worker's fenced writes then fail.
-    }
   }
 
   #assertRunning(): void {
@@ -609,21 +369,11 @@ export class Execution<Tx = unknown> {
     this.#end('lost')
   }
 
-  #ended<T>(state: ExecutionState, value: T): T {
-    this.#end(state)
-    return value
-  }
-
   #end(state: ExecutionState): void {
     if (this.#state === 'running') publishEnded(this, state, this.#lostCode)
     this.#state = state
-    clearInterval(this.#lease)
-    clearTimeout(this.#deadline)
+    this.#lease.stop()
   }
-}
-
-function isUnavailable(error: unknown): boolean {
-  return error instanceof OncelyError && error.code === 'ONCELY_STORE_UNAVAILABLE'
 }
 
 const LOST_MESSAGES = {

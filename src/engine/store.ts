@@ -94,16 +94,24 @@ export interface FinalOutcome {
 }
 
 /**
+ * One completion for the store (`IdempotencyStore.complete`): the outcome, and where it commits.
+ * Alone on the store's own connection; with `tx`, inside that open transaction (the caller's, or
+ * one from `transaction`), so it commits with the business rows; with `statements`, in a
+ * transaction of the store's sent as one flight with them. Never both.
+ */
+export type StoreCompletion<Tx> = FinalOutcome & ({ tx?: Tx; statements?: never } | { statements: readonly WriteStatement[]; tx?: never })
+
+/**
  * The port between the engine and its storage: single statements, no decisions (the engine
  * decides, `decide.ts`). Every method takes the scope. Fenced methods resolve to `false` when
  * the fence token no longer matches, and change nothing then. `Tx` is the store's transaction
  * handle (for PostgreSQL, a `Queryable`); the engine passes it through without looking inside.
  *
- * Completion is one idea: one fenced statement, `complete`, run on the store's own connection or
- * inside a transaction, the caller's (`tx`) or one the store opens (`transaction`), so business
- * rows and the completion commit together (Invariant 8). `completeInFlight` is the same statement
- * in a transaction sent whole, its writes given as statements, where the fence is checked in
- * the database because nothing waits for the row count before the COMMIT.
+ * Completion is one method, `complete`, given a `StoreCompletion`: one fenced statement, run on
+ * the store's own connection or inside a transaction, the caller's (`tx`) or one the store opens
+ * (`transaction`), so business rows and the completion commit together (Invariant 8); or, with
+ * `statements`, the same statement in a transaction sent whole with those writes, where the fence
+ * is checked in the database because nothing waits for the row count before the COMMIT.
  */
 export interface IdempotencyStore<Tx = unknown> {
   /** Inserts a new claim, or returns a snapshot of the row that is there (Invariant 1). */
@@ -146,17 +154,15 @@ export interface IdempotencyStore<Tx = unknown> {
   /** Renews the lease (`locked_at`) so a live owner never looks stale, nor expires. */
   renewLease(fence: Fence, ttlMs: number): Promise<boolean>
   /**
-   * Stores the outcome and ends the claim: on the store's connection, or inside `tx` (the
-   * caller's open transaction, or one from `transaction`) so it commits with the business rows.
+   * Stores the outcome and ends the claim: on the store's connection; or inside `completion.tx`
+   * (the caller's open transaction, or one from `transaction`) so it commits with the business
+   * rows; or with `completion.statements` in one transaction of the store's, sent as one flight:
+   * BEGIN, the fenced completion, the statements in order, COMMIT, none waiting for another's
+   * answer (one round trip where the connection pipelines). There a lost fence fails in the
+   * database and rolls the statements back: resolves to `false` then, with nothing committed; a
+   * failing statement rejects with its error.
    */
-  complete(fence: Fence, outcome: FinalOutcome, tx?: Tx): Promise<boolean>
-  /**
-   * Stores the outcome and `writes` in one transaction of the store's, sent as one flight: BEGIN,
-   * the fenced completion, `writes` in order, COMMIT, none waiting for another's answer (one round
-   * trip where the connection pipelines). A lost fence fails in the database and rolls the writes
-   * back: resolves to `false` then, with nothing committed. A failing write rejects with its error.
-   */
-  completeInFlight(fence: Fence, outcome: FinalOutcome, writes: readonly WriteStatement[]): Promise<boolean>
+  complete(fence: Fence, completion: StoreCompletion<Tx>): Promise<boolean>
   /** Runs `work` inside BEGIN … COMMIT on the store's own connection, rolling back on any error. */
   transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>
   /**

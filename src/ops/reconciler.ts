@@ -1,6 +1,9 @@
 import { randomUUID } from 'node:crypto'
 import type { Engine } from '../engine/engine.js'
 import { invalid, positiveInteger } from '../option-validation.js'
+import { settledBy } from '../engine/completion.js'
+import { FencedWriter } from '../engine/fenced-write.js'
+import { Lease } from '../engine/lease.js'
 import { deriveStepKey } from '../engine/phases.js'
 import type { Fence } from '../engine/store.js'
 import type { StoredResponse } from '../engine/types.js'
@@ -162,13 +165,25 @@ async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Pr
   if (claim === null) return { ...base, decision: 'skipped', detail: 'someone else took the claim over or settled it first' }
   const fence: Fence = { scope: claim.scope, key: claim.key, fenceToken: claim.fenceToken }
   const expired = seen.expiresInMs <= 0
-  // Invariant 3: while the hook looks the outcome up, the lease is renewed like any owner's.
-  const lease = setInterval(() => void store.renewLease(fence, 1).catch(() => undefined), options.engine.options.leaseRenewMs)
-  lease.unref()
+  const { leaseRenewMs, staleAfterMs } = options.engine.options
+  // Invariant 3: while the hook looks the outcome up, the lease is renewed like any owner's, by
+  // the engine's own lease; a refusal needs no action here, as the next fenced write fails.
+  // The renewal must not lengthen the key's life (1 ms instead of the TTL; see above).
+  const lease = new Lease({ renew: () => store.renewLease(fence, 1), renewEveryMs: leaseRenewMs, staleAfterMs, onRefused: () => undefined })
+  // The engine's fenced write: retried while the database is away, within the lease, and
+  // recognised by read-back when a lost answer hid its landing.
+  const writer = new FencedWriter({ store, scope: claim.scope, key: claim.key, lease, onUnavailable: () => lease.stop() })
+  const storeOutcome = (status: 'completed' | 'failed', response: StoredResponse) =>
+    writer.write(`storing the ${status} outcome`, () => store.complete(fence, { status, response }), (row) => settledBy(fence, row, status))
+  const suspend = () =>
+    // A suspended claim keeps its id and loses the token; another claim, or none, means the key was freed.
+    writer.write('suspending the claim', () => store.suspend(fence), (row) => row !== null && row.claimId === claim.claimId)
   let settled: 'completed' | 'failed' | undefined
   const settle = (status: 'completed' | 'failed') => async (response: StoredResponse, settleOptions: { tx?: Tx } = {}) => {
     if (settled !== undefined) throw invalid('complete/fail', `was already called (${settled})`, status)
-    if (!(await store.complete(fence, { status, response }, settleOptions.tx))) throw new LostClaim()
+    const { tx } = settleOptions
+    // In the caller's transaction: one attempt, the caller owns its retries.
+    if (!(await (tx === undefined ? storeOutcome(status, response) : store.complete(fence, { status, response, tx })))) throw new LostClaim()
     settled = status
   }
   const stepKey = (step: string) => deriveStepKey({ scope: claim.scope, key: claim.key, claimId: claim.claimId, step })
@@ -190,18 +205,18 @@ async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Pr
     })
     if (settled !== undefined) return { ...base, decision: settled, detail: `${settled}: the hook found the outcome and stored it` }
     if (expired) {
-      if (!(await store.complete(fence, { status: 'failed', response: options.expiredResponse }))) throw new LostClaim()
+      if (!(await storeOutcome('failed', options.expiredResponse))) throw new LostClaim()
       return { ...base, decision: 'expired', detail: `nothing found and the key is past its TTL: settled as failed (${options.expiredResponse.status})` }
     }
-    if (!(await store.suspend(fence))) throw new LostClaim()
+    if (!(await suspend())) throw new LostClaim()
     return { ...base, decision: 'unresolved', detail: 'nothing found: left suspended with the same identity, so a retry resumes with the same provider keys' }
   } catch (error) {
     if (error instanceof LostClaim) return { ...base, decision: 'skipped', detail: 'a retry took the claim over while the hook ran; it settles it' }
     // Invariant 7: an unknown outcome is kept resumable, never forgotten.
-    if (settled === undefined) await store.suspend(fence).catch(() => false)
+    if (settled === undefined) await suspend().catch(() => false)
     return { ...base, decision: 'error', detail: `the hook failed, claim left suspended: ${error instanceof Error ? error.message : String(error)}` }
   } finally {
-    clearInterval(lease)
+    lease.stop()
   }
 }
 

@@ -1,7 +1,7 @@
 import { decide } from '../engine/decide.js'
 import { decorateStore } from '../engine/store-decorator.js'
-import type { ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, TakeOverInput } from '../engine/store.js'
-import type { ClaimAttempt, ClaimSnapshot, ClaimState, WriteStatement } from '../engine/types.js'
+import type { ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, StoreCompletion, TakeOverInput } from '../engine/store.js'
+import type { ClaimAttempt, ClaimSnapshot, ClaimState } from '../engine/types.js'
 import type { RedisCache } from './cache.js'
 import type { CacheEntry } from './entry.js'
 
@@ -108,18 +108,22 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
       if (state) hold(state, request.fingerprint, sentAt + request.ttlMs)
       return state
     },
-    async complete(fence: Fence, outcome: FinalOutcome, tx?: Tx) {
+    async complete(fence: Fence, completion: StoreCompletion<Tx>) {
       let done: boolean
       try {
-        done = await store.complete(fence, outcome, tx)
+        done = await store.complete(fence, completion)
       } catch (error) {
-        // Unknown (a lost answer): the completion may have landed, the in-flight entry be wrong.
+        // Unknown (a lost answer): the completion may have landed, the in-flight entry be wrong;
+        // a flight rolled back leaves an in-flight entry that may now be wrong too.
         await letGo(fence, true)
         throw error
       }
       // The fence gone, maybe by this worker's own completion whose answer was lost (issue 22):
       // the in-flight entry may be wrong either way.
       if (!done) return letGo(fence, true).then(() => false)
+      const { tx, status, response } = completion
+      const outcome: FinalOutcome = { status, response }
+      // Alone, or a flight committed with its COMMIT: the settled entry replaces any in-flight one.
       if (tx === undefined) {
         await announce(fence, outcome)
         return true
@@ -128,20 +132,6 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
       if (ours) ours.push({ fence, outcome })
       // In the caller's own transaction the commit is still to come, or may never: evict.
       else await letGo(fence, true)
-      return true
-    },
-    async completeInFlight(fence: Fence, outcome: FinalOutcome, writes: readonly WriteStatement[]) {
-      let done: boolean
-      try {
-        done = await store.completeInFlight(fence, outcome, writes)
-      } catch (error) {
-        // Rolled back, or unknown (a lost COMMIT answer): an in-flight entry may now be wrong.
-        await letGo(fence, true)
-        throw error
-      }
-      if (!done) return letGo(fence, true).then(() => false)
-      // Committed with its COMMIT: the settled entry replaces any in-flight one.
-      await announce(fence, outcome)
       return true
     },
     async transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T> {

@@ -6,6 +6,7 @@ import { GuardedExecution, resolveAdapterOptions, type AdapterOptions, type Capt
 import { createEngine, fingerprintRequest, type Engine, type EngineOptions, type Execution } from '../../src/index.js'
 import type { LogFields } from '../../src/logger.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import type { Fence, StoreCompletion } from '../../src/engine/store.js'
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { deferred } from '../helpers/deferred.js'
@@ -136,7 +137,10 @@ describe('GuardedExecution: what a captured response is stored as', () => {
     const ran: string[] = []
     const store = {
       ...sql,
-      complete: (fence: Parameters<typeof sql.complete>[0], outcome: Parameters<typeof sql.complete>[1], tx?: Handle) => sql.complete(fence, outcome, tx?.connection),
+      complete: (fence: Fence, completion: StoreCompletion<Handle>) =>
+        completion.statements !== undefined
+          ? sql.complete(fence, completion)
+          : sql.complete(fence, { status: completion.status, response: completion.response, ...(completion.tx === undefined ? {} : { tx: completion.tx.connection }) }),
       transaction: <T>(work: (tx: Handle) => Promise<T>) => sql.transaction((connection) => work({ connection })),
       runStatement: async (tx: Handle, statement: { text: string; values?: readonly unknown[] }) => {
         ran.push(statement.text)

@@ -32,7 +32,6 @@ class ClassStore implements IdempotencyStore<Queryable> {
   markStepStarted(...a: Parameters<PostgresStore['markStepStarted']>) { this.#count(); return this.#inner.markStepStarted(...a) }
   renewLease(...a: Parameters<PostgresStore['renewLease']>) { this.#count(); return this.#inner.renewLease(...a) }
   complete(...a: Parameters<PostgresStore['complete']>) { this.#count(); return this.#inner.complete(...a) }
-  completeInFlight(...a: Parameters<PostgresStore['completeInFlight']>) { this.#count(); return this.#inner.completeInFlight(...a) }
   transaction<T>(work: (tx: Queryable) => Promise<T>) { this.#count(); return this.#inner.transaction(work) }
   release(...a: Parameters<PostgresStore['release']>) { this.#count(); return this.#inner.release(...a) }
   suspend(...a: Parameters<PostgresStore['suspend']>) { this.#count(); return this.#inner.suspend(...a) }

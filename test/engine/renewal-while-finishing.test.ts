@@ -78,7 +78,7 @@ describe('a renewal refused while the worker ends its claim', () => {
       name: 'fail with statements (one flight)',
       event: 'failed',
       state: 'failed',
-      hold: (store, refused) => ({ completeInFlight: async (...args) => afterRefusal(refused, await store.completeInFlight(...args)) }),
+      hold: (store, refused) => ({ complete: async (...args) => afterRefusal(refused, await store.complete(...args)) }),
       end: (execution, key) => execution.fail(jsonResponse(402, '{}'), { statements: [{ text: 'INSERT INTO charges (id) VALUES ($1)', values: [key] }] }),
     },
     {
@@ -128,7 +128,7 @@ describe('after an ending that threw and left the claim held, a refused renewal 
     { name: 'no ending tried yet', fail: () => ({}) },
     {
       name: "complete in the caller's transaction, which broke",
-      fail: (store) => ({ complete: (fence, outcome, tx) => (tx === undefined ? store.complete(fence, outcome) : Promise.reject(transient())) }),
+      fail: (store) => ({ complete: (fence, completion) => (completion.tx === undefined ? store.complete(fence, completion) : Promise.reject(transient())) }),
       end: (execution) => execution.complete(jsonResponse(201, '{}'), { tx: db.pool }),
     },
     {

@@ -47,7 +47,7 @@ const COMPLETION_WAYS: readonly CompletionWay[] = ['alone', 'in a transaction', 
 
 /**
  * Every completion of the table goes through here, the one place that knows the port's
- * completion methods. `inside` runs after the completion inside the store's transaction (for the
+ * completion method and its three ways. `inside` runs after the completion inside the store's transaction (for the
  * `in a transaction` way only): a throw there rolls the completion back.
  */
 function complete<Tx>(store: IdempotencyStore<Tx>, fence: Fence, outcome: FinalOutcome, way: CompletionWay = 'alone', inside?: () => void): Promise<boolean> {
@@ -56,12 +56,12 @@ function complete<Tx>(store: IdempotencyStore<Tx>, fence: Fence, outcome: FinalO
       return store.complete(fence, outcome)
     case 'in a transaction':
       return store.transaction(async (tx) => {
-        const done = await store.complete(fence, outcome, tx)
+        const done = await store.complete(fence, { ...outcome, tx })
         inside?.()
         return done
       })
     case 'in one flight':
-      return store.completeInFlight(fence, outcome, [])
+      return store.complete(fence, { ...outcome, statements: [] })
   }
 }
 

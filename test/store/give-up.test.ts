@@ -191,7 +191,7 @@ describe('a database that stops answering a transaction', () => {
       if (claimed.kind !== 'claimed') throw new Error('the key was not free')
       proxy.stall()
       const outcome = { status: 'completed' as const, response: { status: 201, headers: [], body: Buffer.from('{}') } }
-      const error = await rejection(store.completeInFlight({ scope: 'u1', key: claimed.claim.key, fenceToken: claimed.claim.fenceToken }, outcome, []))
+      const error = await rejection(store.complete({ scope: 'u1', key: claimed.claim.key, fenceToken: claimed.claim.fenceToken }, { ...outcome, statements: [] }))
       expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
       expect(error.message).toBe('the connection to PostgreSQL failed during a transaction')
       expect(pool.totalCount).toBe(0)

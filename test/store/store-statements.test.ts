@@ -257,7 +257,7 @@ describe('the client-side timeout: the store’s own statements, never the calle
       await caller.query('BEGIN')
       const startedAt = performance.now()
       const outcome = { status: 'completed' as const, response: { status: 200, headers: [], body: Buffer.from('{}') } }
-      const error = await store.complete({ scope, key, fenceToken: claimed.claim.fenceToken }, outcome, caller).then(
+      const error = await store.complete({ scope, key, fenceToken: claimed.claim.fenceToken }, { ...outcome, tx: caller }).then(
         () => undefined,
         (e: unknown) => e,
       )

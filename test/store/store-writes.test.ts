@@ -83,7 +83,7 @@ describe('a completion in one flight', () => {
     const fence = await claimed(store, 'no-values')
     const outcome = { status: 'completed' as const, response: { status: 201, headers: [], body: Buffer.from('{}') } }
     await db.pool.query('CREATE TABLE IF NOT EXISTS valueless (at timestamptz NOT NULL)')
-    expect(await store.completeInFlight(fence, outcome, [{ text: 'INSERT INTO valueless (at) VALUES (now())' }])).toBe(true)
+    expect(await store.complete(fence, { ...outcome, statements: [{ text: 'INSERT INTO valueless (at) VALUES (now())' }] })).toBe(true)
     expect((await store.read(fence.scope, fence.key))?.status).toBe('completed')
     expect((await db.pool.query('SELECT 1 FROM valueless')).rowCount).toBe(1)
   })
@@ -98,7 +98,7 @@ describe('a completion in one flight', () => {
     expect(error).toMatchObject({ code: SQLSTATE.fenceLost })
     expect(SQLSTATE.fenceLost).toBe('ON001')
     await db.pool.query('CREATE TABLE IF NOT EXISTS fence_lost_writes (at timestamptz NOT NULL)')
-    expect(await store.completeInFlight(lost, outcome, [{ text: 'INSERT INTO fence_lost_writes (at) VALUES (now())' }])).toBe(false)
+    expect(await store.complete(lost, { ...outcome, statements: [{ text: 'INSERT INTO fence_lost_writes (at) VALUES (now())' }] })).toBe(false)
     expect((await db.pool.query('SELECT 1 FROM fence_lost_writes')).rowCount).toBe(0)
     expect((await store.read(fence.scope, fence.key))?.status).toBe('in_progress')
   })
@@ -109,7 +109,7 @@ describe('a completion in one flight', () => {
     const outcome = { status: 'completed' as const, response: { status: 201, headers: [], body: Buffer.from('{}') } }
     // Before issue 24 a lost fence was a 22P02 naming this text, and the store matched the message.
     const oldMarker = 'oncely: the claim was lost before its completion'
-    const error: unknown = await store.completeInFlight(fence, outcome, [{ text: 'SELECT $1::boolean', values: [`${oldMarker}: 0 rows hold the fence`] }]).catch((e: unknown) => e)
+    const error: unknown = await store.complete(fence, { ...outcome, statements: [{ text: 'SELECT $1::boolean', values: [`${oldMarker}: 0 rows hold the fence`] }] }).catch((e: unknown) => e)
     expect(error).toMatchObject({ code: '22P02' })
     expect((error as Error).message).toContain(oldMarker)
     expect((await store.read(fence.scope, fence.key))?.status).toBe('in_progress')

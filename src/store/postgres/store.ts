@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { OncelyError } from '../../errors.js'
 import { describeKind, invalid, invalidHidden, positiveInteger } from '../../option-validation.js'
-import type { CarriedPhases, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, TakeOverInput, WatchedClaim } from '../../engine/store.js'
+import type { CarriedPhases, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, StoreCompletion, TakeOverInput, WatchedClaim } from '../../engine/store.js'
 import type { ClaimAttempt, ClaimSnapshot, ClaimState, WriteStatement } from '../../engine/types.js'
 import { toQueryConfig, type PoolLike, type Queryable } from './executor.js'
 import { claimOf, snapshotOf } from './key-rows.js'
@@ -166,13 +166,12 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     async renewLease(fence: Fence, ttlMs: number) {
       return fenced(pool, sql.renewLease, fence, [ttlMs])
     },
-    async complete(fence: Fence, outcome: FinalOutcome, tx?: Queryable) {
-      return fenced(tx ?? pool, sql.complete, fence, [...completionValues(outcome), channel])
-    },
-    async completeInFlight(fence: Fence, outcome: FinalOutcome, writes: readonly WriteStatement[]) {
-      const completion = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(outcome), channel])
+    async complete(fence: Fence, completion: StoreCompletion<Queryable>) {
+      const { statements } = completion
+      if (statements === undefined) return fenced(completion.tx ?? pool, sql.complete, fence, [...completionValues(completion), channel])
+      const first = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel])
       try {
-        await flight(pool, begin, timeoutMs, [completion, ...writes])
+        await flight(pool, begin, timeoutMs, [first, ...statements])
         return true
       } catch (error) {
         // The completion is the flight's first statement: when it failed, its error is the one thrown.
