@@ -47,7 +47,7 @@ describe('the reconciler writes through the fenced write', () => {
       if (claim.scope === scope) await claim.complete(jsonResponse(201, '{"id":"ch_found"}'))
     })
     expect(reports.filter((r) => r.scope === scope)).toMatchObject([{ key: 'lost-answer', decision: 'completed' }])
-    const { rows } = await db.pool.query(`SELECT status, response_status FROM ${keyTable(db)} WHERE user_id = $1`, [scope])
+    const { rows } = await db.pool.query(`SELECT status, response_status FROM ${keyTable(db)} WHERE scope = $1`, [scope])
     expect(rows).toEqual([{ status: 'completed', response_status: 201 }])
   })
 
@@ -56,7 +56,7 @@ describe('the reconciler writes through the fenced write', () => {
     await deadClaim(db, { scope, key: 'lost-suspend', fingerprint })
     const reports = await reconcile(losingFirstAnswer('suspend'), async () => undefined)
     expect(reports.filter((r) => r.scope === scope)).toMatchObject([{ key: 'lost-suspend', decision: 'unresolved' }])
-    const { rows } = await db.pool.query(`SELECT status, lock_token FROM ${keyTable(db)} WHERE user_id = $1`, [scope])
-    expect(rows).toEqual([{ status: 'in_progress', lock_token: null }])
+    const { rows } = await db.pool.query(`SELECT status, fence_token FROM ${keyTable(db)} WHERE scope = $1`, [scope])
+    expect(rows).toEqual([{ status: 'in_progress', fence_token: null }])
   })
 })
