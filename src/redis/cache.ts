@@ -16,7 +16,9 @@ export interface RedisCache {
   /**
    * Remembers a settled key from its snapshot, read `elapsedMs` ago, expiring before the key.
    * `overwrite` (the owner that just stored the outcome) replaces an in-flight entry or the mark
-   * an eviction left; a reader's write never does, so it cannot undo an eviction it raced.
+   * an eviction left; a reader's write never does, so it cannot undo an eviction it raced. A key
+   * too close to its expiry to be kept is written nothing; under `overwrite` its entry is evicted,
+   * so the claim's in-flight entry cannot outlive the outcome.
    */
   rememberSettled(snapshot: SettledSnapshot, elapsedMs: number, overwrite: boolean): Promise<void>
   /** Remembers a live claim, expiring before it could go stale and within `inFlightMaxMs`; never over another entry. */
@@ -78,9 +80,18 @@ export function createRedisCache(options: RedisCacheOptions): RedisCache {
       clearTimeout(timer)
     }
   }
+  const evict = async (scope: string, key: string) => {
+    await bounded(() => redis.set(redisKey(scope, key), EVICTED, 'PX', resolved.evictedMs))
+  }
   const write = async (scope: string, key: string, entry: NewCacheEntry, overwrite: boolean) => {
     const ttlMs = entry.lifeMs
-    if (ttlMs <= 0) return
+    if (ttlMs <= 0) {
+      // Too late to be worth keeping. An overwrite replaces what the key's entry said (a settled
+      // outcome over its claim's in-flight entry): leaving that entry would answer "in progress"
+      // for a key that is settled, so it goes, and reads fall through to the database.
+      if (overwrite) await evict(scope, key)
+      return
+    }
     const value = encodeEntry(secret, scope, key, entry)
     await bounded(() => (overwrite ? redis.set(redisKey(scope, key), value, 'PX', ttlMs) : redis.set(redisKey(scope, key), value, 'PX', ttlMs, 'NX')))
   }
@@ -109,8 +120,6 @@ export function createRedisCache(options: RedisCacheOptions): RedisCache {
       const lifeMs = Math.floor(Math.min(resolved.inFlightMaxMs, resolved.staleAfterMs - leaseAgeMs - MARGIN_MS))
       await write(snapshot.scope, snapshot.key, { kind: 'in-flight', fingerprint: snapshot.fingerprint, claimId: snapshot.claimId, lifeMs, leaseAgeMs }, false)
     },
-    async evict(scope: string, key: string) {
-      await bounded(() => redis.set(redisKey(scope, key), EVICTED, 'PX', resolved.evictedMs))
-    },
+    evict,
   })
 }
