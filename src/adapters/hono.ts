@@ -44,8 +44,8 @@ export function idempotency<Tx = unknown, E extends Env = Env>(
       params,
       query: c.req.queries(),
       body: await readBody(c),
-      mediaType: c.req.header('content-type'),
-      key: c.req.header('idempotency-key'),
+      mediaType: requestHeader(c, 'content-type'),
+      key: requestHeader(c, 'idempotency-key'),
       clientGone: signalAborted(() => c.req.raw.signal),
     })
     if (gate.kind === 'answer') return toResponse(gate.answer)
@@ -170,9 +170,47 @@ function replace(c: Context, response: Response | HttpAnswer | null): void {
 }
 
 function toResponse(answer: HttpAnswer): Response {
-  const headers = new Headers()
-  for (const [name, value] of answer.headers) headers.append(name, value)
-  return new Response(answer.body.byteLength === 0 ? null : answer.body, { status: answer.status, headers })
+  // A plain record where no name repeats: `@hono/node-server` writes it as it is, where a web
+  // `Headers` would be built and then read back into a record (issue 21: a replay's answer).
+  const record: Record<string, string> = {}
+  for (const [name, value] of answer.headers) {
+    const lower = name.toLowerCase()
+    if (lower in record) return new Response(answer.body.byteLength === 0 ? null : answer.body, { status: answer.status, headers: answer.headers.map(([n, v]) => [n, v]) })
+    record[lower] = value
+  }
+  return new Response(answer.body.byteLength === 0 ? null : answer.body, { status: answer.status, headers: record })
+}
+
+/**
+ * A request header, as `c.req.header(name)` gives it, without the web `Headers` that
+ * `@hono/node-server` builds from every raw header on the first `c.req.header()` (issue 21): on
+ * Node its value comes from Node's own parsed headers (repeated ones joined with ", ", as
+ * `Headers` does; Node keeps only the first of a repeated `content-type` or `authorization`, as it
+ * does for the request itself). Elsewhere, or once a middleware has replaced `c.req.raw`, it is
+ * `c.req.header(name)`.
+ *
+ * @example
+ * ```ts
+ * import { requestHeader } from 'oncely/hono'
+ * app.use(async (c, next) => (requestHeader(c, 'authorization') ? next() : c.text('sign in', 401)))
+ * ```
+ */
+export function requestHeader(c: { readonly env: unknown; readonly req: { readonly raw: object; header(name: string): string | undefined } }, name: string): string | undefined {
+  const incoming = (c.env as { incoming?: { headers?: Record<string, string | string[] | undefined> } } | undefined)?.incoming
+  const headers = incoming?.headers
+  if (incoming === undefined || headers === undefined || typeof headers !== 'object' || !isRequestOf(c.req.raw, incoming)) return c.req.header(name)
+  const value = headers[name.toLowerCase()]
+  return Array.isArray(value) ? value.join(', ') : value
+}
+
+/**
+ * Whether `raw` is still the request `@hono/node-server` made from `incoming` (it keeps
+ * `incoming` under a symbol of its own): a middleware that replaced `c.req.raw`, say to change
+ * its headers, must be read through it, not around it.
+ */
+function isRequestOf(raw: object, incoming: object): boolean {
+  for (const symbol of Object.getOwnPropertySymbols(raw)) if ((raw as Record<symbol, unknown>)[symbol] === incoming) return true
+  return false
 }
 
 function isStreaming(res: Response): boolean {
@@ -200,7 +238,7 @@ async function readBody(c: Context): Promise<unknown> {
   // one would build a web Request around it on @hono/node-server (issue 21).
   const read = Object.keys(c.req.bodyCache).length > 0
   if (!read && c.req.raw.body === null) return undefined
-  const type = c.req.header('content-type') ?? ''
+  const type = requestHeader(c, 'content-type') ?? ''
   if (isJsonContentType(type)) {
     const text = await c.req.text()
     if (read && text === '' && c.req.raw.body === null) return undefined

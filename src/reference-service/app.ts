@@ -1,6 +1,7 @@
 import { Hono, type MiddlewareHandler } from 'hono'
 import { routePath } from 'hono/route'
 import { isOncelyError, logKey } from '../index.js'
+import { requestHeader } from '../adapters/hono.js'
 import { isTransientPgError, sqlState, type PoolLike } from '../store/postgres/index.js'
 import { userFromAuthorization } from './auth.js'
 import { bodyLimitByLength } from './body-limit.js'
@@ -26,7 +27,7 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
     if (isOncelyError(error, 'ONCELY_LOCK_LOST')) {
       return problem({ type: 'idempotency-key-in-use', title: 'Idempotency-Key in use', status: 409, detail: 'another request took this operation over; retry later', retry_same_key: true, new_key_safe: false, operation_state: 'running' }, { 'retry-after': '1' })
     }
-    const key = c.req.header('idempotency-key')
+    const key = requestHeader(c, 'idempotency-key')
     const fields = requestFields(c.req.method, routePath(c), c.get('userId'), key, error)
     // The engine's messages quote the key: logged, it is its hash.
     const text = (value: string) => (key === undefined || key === '' ? value : value.replaceAll(JSON.stringify(key), logKey(key)))
@@ -50,13 +51,13 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
   app.get('/metrics', async (c) => c.body(await deps.metrics.registry.metrics(), 200, { 'content-type': deps.metrics.registry.contentType }))
 
   app.use('/v1/*', async (c, next) => {
-    const userId = userFromAuthorization(c.req.header('authorization'))
+    const userId = userFromAuthorization(requestHeader(c, 'authorization'))
     if (userId === undefined) {
       if (c.req.method === 'POST') deps.metrics.onOutcome({ outcome: 'invalid', status: 401, durationMs: 0 })
       return problem({ type: 'unauthenticated', title: 'Unauthenticated', status: 401, detail: 'send Authorization: Bearer demo_<userId>, userId a positive integer', ...REFUSED_BEFORE_ANY_CLAIM }, { 'www-authenticate': 'Bearer' })
     }
     c.set('userId', userId)
-    c.set('crashPoint', deps.chaos.requested(c.req.header('x-chaos-crash')))
+    c.set('crashPoint', deps.chaos.requested(requestHeader(c, 'x-chaos-crash')))
     await next()
   })
 
@@ -74,7 +75,7 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
     }
     // The body is JSON whatever its Content-Type said, so the fingerprint must read it as JSON:
     // `{"a":1,"b":2}` and `{ "b": 2, "a": 1 }` are one payload (Invariant 5).
-    if (!/^application\/([\w.+-]*\+)?json/i.test(c.req.header('content-type') ?? '')) {
+    if (!/^application\/([\w.+-]*\+)?json/i.test(requestHeader(c, 'content-type') ?? '')) {
       const headers = new Headers(c.req.raw.headers)
       headers.set('content-type', 'application/json')
       c.req.raw = new Request(c.req.raw.url, { method: c.req.method, headers, body: await c.req.text() })

@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http'
 import type { Context } from 'hono'
+import { requestHeader } from '../adapters/hono.js'
 
 /**
  * The request body as text. Under `@hono/node-server`, `c.req.text()` builds a web `Request`
@@ -11,7 +12,7 @@ import type { Context } from 'hono'
  */
 export async function requestText(c: Context): Promise<string> {
   const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming
-  if (incoming === undefined || c.req.header('content-length') === undefined || Object.keys(c.req.bodyCache).length > 0) return c.req.text()
+  if (incoming === undefined || requestHeader(c, 'content-length') === undefined || Object.keys(c.req.bodyCache).length > 0) return c.req.text()
   const text = await new Promise<string>((resolve, reject) => {
     const chunks: Buffer[] = []
     incoming.on('data', (chunk: Buffer) => chunks.push(chunk))

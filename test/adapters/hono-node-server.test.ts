@@ -13,7 +13,8 @@ const responses = countConstructions('Response')
 const { serve } = await import('@hono/node-server')
 const { Hono } = await import('hono')
 const { stream } = await import('hono/streaming')
-const { idempotency } = await import('../../src/adapters/hono.js')
+const { idempotency, requestHeader } = await import('../../src/adapters/hono.js')
+const { requestText } = await import('../../src/reference-service/request-text.js')
 
 let db: TestDatabase
 let server: Server
@@ -29,6 +30,27 @@ beforeAll(async () => {
   const app = new Hono()
   const once = idempotency({ engine, scope: () => 'user-1' })
   app.post('/json', once, (c) => c.json({ run: ++runs }, 201, { 'x-made': 'json' }))
+  // As the reference service does: its body read from Node's request, the user from a header.
+  app.post(
+    '/read-first',
+    async (c, next) => {
+      await requestText(c)
+      await next()
+    },
+    idempotency({ engine, scope: (c) => requestHeader(c, 'x-user') ?? 'nobody' }),
+    (c) => c.json({ run: ++runs, user: requestHeader(c, 'x-user') }, 201),
+  )
+  // A middleware that replaces the request to change a header is read through, not around.
+  app.post(
+    '/rewritten',
+    async (c, next) => {
+      const headers = new Headers(c.req.raw.headers)
+      headers.set('x-user', 'rewritten')
+      c.req.raw = new Request(c.req.raw.url, { method: 'POST', headers })
+      await next()
+    },
+    (c) => c.text(requestHeader(c, 'x-user') ?? 'none'),
+  )
   app.post('/text', once, (c) => c.text(`run ${++runs}`))
   // A redirect's headers are immutable, as a fetched response's are.
   app.post('/redirect', once, () => (++runs, Response.redirect('http://example.test/next', 303)))
@@ -95,5 +117,24 @@ describe('oncely/hono on @hono/node-server (issue 21)', () => {
     expect(problem).toMatchObject({ type: 'https://oncely.dev/problems/result-unavailable', result_status: 200 })
     expect(problem.detail).toContain('the client went away')
     expect(streamRuns).toBe(1)
+  })
+
+  it('replays without building a web Headers, reading the request headers from Node and writing the stored ones as a record (issue 21)', async () => {
+    const send = (key: string) => fetch(`${url}/read-first`, { method: 'POST', headers: { 'idempotency-key': key, 'x-user': 'u-7', 'content-type': 'application/json' }, body: '{"a":1}' })
+    const first = await send('read-first-1')
+    expect([first.status, await first.json()]).toEqual([201, { run: runs, user: 'u-7' }])
+    const headers = countConstructions('Headers')
+    try {
+      const replay = await send('read-first-1')
+      expect(headers.count()).toBe(0)
+      expect([replay.status, replay.headers.get('idempotent-replayed'), replay.headers.get('content-type'), await replay.json()]).toEqual([201, 'true', 'application/json', { run: runs, user: 'u-7' }])
+    } finally {
+      headers.restore()
+    }
+    // The key and the scope were read from Node's headers: another user's same key is its own operation.
+    const other = await fetch(`${url}/read-first`, { method: 'POST', headers: { 'idempotency-key': 'read-first-1', 'x-user': 'u-8', 'content-type': 'application/json' }, body: '{"a":1}' })
+    expect([other.status, other.headers.get('idempotent-replayed'), ((await other.json()) as { user: string }).user]).toEqual([201, null, 'u-8'])
+    const rewritten = await fetch(`${url}/rewritten`, { method: 'POST', headers: { 'x-user': 'u-9' } })
+    expect(await rewritten.text()).toBe('rewritten')
   })
 })

@@ -2,6 +2,7 @@
 interface Countable {
   Request: typeof Request
   Response: typeof Response
+  Headers: typeof Headers
 }
 
 export interface ConstructionCount {
@@ -13,7 +14,7 @@ export interface ConstructionCount {
 }
 
 /**
- * Counts every `new Request(…)` (or `Response`) built from now on in this module graph, by putting
+ * Counts every `new Request(…)` (or `Response`, or `Headers`) built from now on in this module graph, by putting
  * a subclass that counts in the global's place. A module that keeps the global it finds when it
  * loads (`@hono/node-server` keeps both) must be imported after this call, with `await import()`.
  *

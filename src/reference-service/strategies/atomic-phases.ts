@@ -1,5 +1,5 @@
 import type { Handler, MiddlewareHandler } from 'hono'
-import { idempotency } from '../../adapters/hono.js'
+import { idempotency, requestHeader } from '../../adapters/hono.js'
 import type { Queryable } from '../../store/postgres/index.js'
 import { userFromAuthorization } from '../auth.js'
 import type { ServiceDeps, ServiceEnv } from '../context.js'
@@ -19,7 +19,7 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
   const middleware = idempotency<Queryable>({
     engine: deps.engine,
     // The auth middleware already refused anyone else; the user is read the same way here.
-    scope: (c) => userFromAuthorization(c.req.header('authorization')),
+    scope: (c) => userFromAuthorization(requestHeader(c, 'authorization')),
     onOutcome: (event) => deps.metrics.onOutcome(event),
     log: deps.log,
   }) as unknown as MiddlewareHandler<ServiceEnv>
