@@ -1,31 +1,17 @@
 import net from 'node:net'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { providerCharges, startProvider, startService, type TestProcess } from '../helpers/processes.js'
+import { describe, expect, it } from 'vitest'
+import { providerCharges } from '../helpers/processes.js'
 import { charge } from './support/api.js'
+import { useService } from './support/service-fixture.js'
 
 // A client may send its whole request and then shut its side of the socket down (a half-close:
 // `curl` with some proxies, `nc -N`, scripts that write then end). The request is complete, so
 // the service answers it on the half that is still open; it used to drop the request instead.
-let db: TestDatabase
-let provider: TestProcess
-let service: TestProcess
-
-beforeAll(async () => {
-  db = await createTestDatabase()
-  provider = await startProvider()
-  service = await startService({ databaseUrl: db.url, schema: db.schema, providerUrl: provider.url })
-})
-
-afterAll(async () => {
-  await service?.stop()
-  await provider?.stop()
-  await db?.close()
-})
+const world = useService()
 
 /** Writes `request` whole, ends the socket's write side, and reads until the service closes it. */
 function sendThenHalfClose(request: string): Promise<string> {
-  const { hostname, port } = new URL(service.url)
+  const { hostname, port } = new URL(world.service.url)
   return new Promise((resolve, reject) => {
     const socket = net.connect({ host: hostname, port: Number(port), allowHalfOpen: true })
     let received = ''
@@ -59,9 +45,9 @@ describe('a client that half-closes after its request', () => {
     const answer = await sendThenHalfClose(request)
     expect(answer).toMatch(/^HTTP\/1\.1 201 /)
     // The stored answer: the request ran to its end, and a retry replays it.
-    const replay = await fetch(`${service.url}/v1/charges`, { method: 'POST', headers: { authorization: 'Bearer demo_4101', 'idempotency-key': 'half-close-1', 'content-type': 'application/json' }, body })
+    const replay = await fetch(`${world.service.url}/v1/charges`, { method: 'POST', headers: { authorization: 'Bearer demo_4101', 'idempotency-key': 'half-close-1', 'content-type': 'application/json' }, body })
     expect(replay.status).toBe(201)
     expect(replay.headers.get('idempotent-replayed')).toBe('true')
-    expect(await providerCharges(provider.url, '4101')).toHaveLength(1)
+    expect(await providerCharges(world.provider.url, '4101')).toHaveLength(1)
   })
 })
