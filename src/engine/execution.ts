@@ -1,5 +1,5 @@
 import { OncelyError, type OncelyErrorCode } from '../errors.js'
-import { invalid } from '../option-validation.js'
+import { invalid, invalidHidden } from '../option-validation.js'
 import { complete, planCompletion, type CompletingHolder, type CompletionOptions, type CompletionPlan, type CompletionWork } from './completion.js'
 export type { CompletionOptions } from './completion.js'
 import { publishEnded } from './events.js'
@@ -50,6 +50,16 @@ export interface StepOptions {
   commit?: 'now' | 'with-next-write'
 }
 
+/** How `afterCompletion` reports a send that failed. */
+export interface AfterCompletionOptions {
+  /**
+   * Called with what `run` threw or rejected with. The outcome is already recorded, so the error
+   * changes nothing of the answer; without this, the error is reported by
+   * `process.emitWarning` (stderr, once per error). (Default: none)
+   */
+  onError?: (error: unknown) => void
+}
+
 function checkStepOptions(options: StepOptions): void {
   if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
   if (options.delivery !== undefined && options.delivery !== 'at-least-once' && options.delivery !== 'at-most-once') {
@@ -80,6 +90,8 @@ export class Execution<Tx = unknown> {
   #startedSteps: Set<string>
   /** Step results run with `commit: 'with-next-write'` and not yet committed (insertion order = run order). */
   readonly #deferred = new Map<string, unknown>()
+  /** Sends to make once the outcome is recorded (`afterCompletion`), in the order registered. */
+  readonly #afterCompletion: Array<{ name: string; run: () => unknown; onError: ((error: unknown) => void) | undefined }> = []
   #recoveryPoint: string | null
   #interrupted: boolean
   #state: ExecutionState = 'running'
@@ -214,6 +226,54 @@ export class Execution<Tx = unknown> {
     return stored.value as T
   }
 
+  /**
+   * An at-most-once send made after the outcome is recorded, with no write of its own (Invariant
+   * 13): the completion's commit is the record. `run` is called once `complete`, `fail` or
+   * `completeInTransaction` has committed, before that call resolves (so an adapter answers after
+   * it); never when the outcome was not recorded (the claim released, suspended, lost, or its
+   * transaction rolled back), since a retry then runs the handler again and registers it again.
+   * A crash between the commit and `run` loses the send: it is never made twice. Where a step
+   * with `{ delivery: 'at-most-once' }` costs a fenced write (a round trip and a commit) before
+   * it runs, this costs none; choose it for a send whose result the response does not need (a
+   * receipt, a notification). Not with `complete(response, { tx })`: oncely cannot tell when your
+   * transaction commits, so make the send yourself after your COMMIT.
+   *
+   * @example
+   * ```ts
+   * execution.afterCompletion('receipt', () => mailer.send({ to: customer, charge }), {
+   *   onError: (error) => log.warn(`receipt not sent: ${String(error)}`),
+   * })
+   * ```
+   */
+  afterCompletion(name: string, run: () => unknown, options: AfterCompletionOptions = {}): void {
+    this.#assertRunning()
+    if (typeof name !== 'string' || name.length === 0) throw invalid('name', 'must be a non-empty string', name)
+    if (typeof run !== 'function') throw invalid('run', 'must be a function', run)
+    if (typeof options !== 'object' || options === null) throw invalid('options', 'must be an object', options)
+    if (options.onError !== undefined && typeof options.onError !== 'function') throw invalid('onError', 'must be a function', options.onError)
+    this.#afterCompletion.push({ name, run, onError: options.onError })
+  }
+
+  /** Makes the sends `afterCompletion` registered, once each, now that the outcome is recorded. */
+  async #runAfterCompletion(): Promise<void> {
+    const sends = this.#afterCompletion.splice(0)
+    for (const { name, run, onError } of sends) {
+      try {
+        await run()
+      } catch (error) {
+        if (onError === undefined) {
+          process.emitWarning(`oncely: the send ${JSON.stringify(name)} after the completion of key ${JSON.stringify(this.key)} failed: ${describeError(error)}`, { code: 'ONCELY_AFTER_COMPLETION_FAILED' })
+          continue
+        }
+        try {
+          onError(error)
+        } catch {
+          // A reporting callback must never turn a recorded outcome into an error.
+        }
+      }
+    }
+  }
+
   /** The deferred step results the next fenced write carries, or undefined when there are none. */
   #carried(): CarriedPhases | undefined {
     if (this.#deferred.size === 0) return undefined
@@ -315,12 +375,19 @@ export class Execution<Tx = unknown> {
   /** Carries one completion plan out (`completion.ts`): the claim ends with it, or is lost. */
   async #finish<T>(plan: CompletionPlan<Tx, T>): Promise<T> {
     this.#assertRunning()
+    if (plan.kind === 'in-caller-transaction' && this.#afterCompletion.length > 0) {
+      const names = this.#afterCompletion.map(({ name }) => JSON.stringify(name)).join(', ')
+      throw invalidHidden('tx', `cannot be given once afterCompletion registered a send (${names}): oncely cannot tell when your transaction commits, so make the send yourself after your COMMIT`, 'a transaction')
+    }
     this.#finishing = true
+    let value: T
     try {
-      return await complete(this.#completing, plan)
+      value = await complete(this.#completing, plan)
     } finally {
       this.#finishing = false
     }
+    await this.#runAfterCompletion()
+    return value
   }
 
   /**

@@ -26,6 +26,10 @@ declare global {
   var id: string
   var req: { headers: Record<string, string | undefined> }
   var provider: { charge(input: unknown, idempotencyKey: string): Promise<{ id: string; amount: number }> }
+  var mailer: { send(message: { to: string; charge: { id: string } }): Promise<void> }
+  var customer: string
+  var charge: { id: string }
+  var log: { warn(message: string): void }
   var kysely: Kysely<{ orders: { id: number } }>
   var db: NodePgDatabase
   var orders: typeof _ordersTable

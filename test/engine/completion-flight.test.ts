@@ -49,7 +49,7 @@ describe('complete(response, { statements }): the completion in one flight', () 
     expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_flight"}')
   })
 
-  it("the reference service's shape: claim, the receipt's mark carrying the charge, the flight: three round trips, three commits", async () => {
+  it("an at-most-once step's mark carrying a deferred charge, then the flight: three round trips, three commits", async () => {
     const { pool, engine, outbox } = setup(true)
     const execution = owned(await engine.begin({ scope: 'u1', key: 'flight-service', fingerprint }))
     const charge = await execution.step('charge', ({ providerKey }) => ({ id: `ch_${providerKey.slice(0, 8)}` }), { commit: 'with-next-write' })

@@ -37,7 +37,7 @@ describe('complete(response, { writes })', () => {
     expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_pipe"}')
   })
 
-  it("the service's shape with writes as a function: claim, the receipt's mark carrying the charge, the completion's flight, its COMMIT: four round trips, three commits", async () => {
+  it("with writes as a function: claim, an at-most-once step's mark carrying a deferred charge, the completion's flight, its COMMIT: four round trips, three commits", async () => {
     const { pool, engine, outbox } = setup(true)
     await withTransaction(world.db.pool, (tx) => outbox.enqueue(tx, { type: 'warm-up', key: 'cus_0', payload: {} }))
     const execution = owned(await engine.begin({ scope: 'u1', key: 'pipe-service', fingerprint }))

@@ -119,7 +119,7 @@ describe('problems of faults say what is safe', () => {
     const answer = post(faulty.url, { user, key: 'taken-over', body: charge('cus_taken_over') })
     await held.arrived
     // What a take-over does to the row: a new holder's token, so the first holder's next fenced
-    // write (the receipt step's mark, after the provider call) matches nothing (Invariant 3).
+    // write (the completion, after the provider call) matches nothing (Invariant 3).
     const taken = await world.db.pool.query(`UPDATE "${world.db.schema}".idempotency_key SET fence_token = gen_random_uuid() WHERE scope = $1 AND key = 'taken-over' AND status = 'in_progress'`, [user])
     expect(taken.rowCount).toBe(1)
     held.release()

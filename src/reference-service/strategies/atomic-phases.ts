@@ -7,7 +7,7 @@ import { ProviderUnavailableError, type ProviderResult } from '../provider-clien
 import { chargeFrom, declined, providerMetadata, providerUnavailable } from '../responses.js'
 import { insertChargeStatement } from '../sql.js'
 import { chargeSucceededEvent } from '../events.js'
-import { isOncelyError, logKey } from '../../index.js'
+import { logKey } from '../../index.js'
 import { CHARGES_ROUTE } from '../operations.js'
 
 /**
@@ -39,8 +39,9 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
         // Between the provider's answer and the phase's commit: the worst moment to die.
         deps.chaos.crashAt('after-provider', crashPoint)
         return answer
-        // The provider dedupes by the step's key, so its result may ride with the receipt's mark
-        // (issue 11): a take-over before that runs the call again and gets the same charge back.
+        // The provider dedupes by the step's key, so its result need not commit on its own: the
+        // completion follows and ends the claim (issue 21), and a take-over before it runs the
+        // call again and gets the same charge back.
       }, { commit: 'with-next-write' })
     } catch (error) {
       // Answered 5xx after a step began: the adapter suspends the claim, and the retry calls the
@@ -50,24 +51,19 @@ export function atomicPhasesRoute(deps: ServiceDeps): Array<MiddlewareHandler<Se
     }
     if (result.outcome === 'declined') return declined(result)
     const charge = chargeFrom(input, result)
-    // At most once: recorded as started before the call, so a take-over after a crash skips it
-    // (a lost receipt), and never sends a second one. A failed send is not the charge's failure.
-    await execution
-      .step(
-        'receipt',
-        async () => {
-          await deps.sendReceipt({ customer: input.customer, charge })
-          // Sent, not yet recorded as done: an at-least-once step would send it again here.
-          deps.chaos.crashAt('after-receipt', crashPoint)
-          return true
-        },
-        // Its result is never read: the completion follows, and a take-over skips a started step.
-        { delivery: 'at-most-once', commit: 'with-next-write' },
-      )
-      .catch((error: unknown) => {
-        if (isOncelyError(error)) throw error
-        deps.log.warn({ route: CHARGES_ROUTE, scope: userId, key: logKey(execution.key) }, `receipt for charge ${charge.id} not sent: ${(error as Error).message}`)
-      })
+    // At most once, at no cost of its own (issue 21): sent once the completion below has
+    // committed, which is its record. A crash before that commit sends nothing, and the retry
+    // that completes the key sends it; a crash after it loses it; nothing sends it twice. A
+    // failed send is not the charge's failure.
+    execution.afterCompletion(
+      'receipt',
+      async () => {
+        await deps.sendReceipt({ customer: input.customer, charge })
+        // Sent: a crash now must not send it again (a retry replays the stored 201).
+        deps.chaos.crashAt('after-receipt', crashPoint)
+      },
+      { onError: (error) => deps.log.warn({ route: CHARGES_ROUTE, scope: userId, key: logKey(execution.key) }, `receipt for charge ${charge.id} not sent: ${(error as Error).message}`) },
+    )
     // Invariant 8: the event commits with the charge row and the completion, or not at all. Both
     // given as statements, so on the pipelining pool BEGIN, the completion, the charge row, the
     // event and COMMIT leave in one round trip (issue 11).
