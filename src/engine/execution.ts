@@ -386,7 +386,8 @@ export class Execution<Tx = unknown> {
     } finally {
       this.#finishing = false
     }
-    await this.#runAfterCompletion()
+    // Most completions register none: no extra await on the hot path then.
+    if (this.#afterCompletion.length > 0) await this.#runAfterCompletion()
     return value
   }
 
