@@ -127,4 +127,41 @@ describe('the scoped statements are planned on one partition', () => {
     // What the check above would see were nothing pruned.
     expect((await partitionsIn(sql().sweepExpired.text, [10])).sort()).toEqual(Array.from({ length: PARTITIONS }, (_, i) => `idempotency_key_p${i}`))
   })
+
+  it('a sweep batch reads its own rows, not the whole expired backlog, batch after batch', async () => {
+    // 100 000 settled keys over 500 scopes, the first 4 000 expired: big enough that the planner
+    // prefers probing row by row to reading a table whole. Joined back by key, it hashed every
+    // expired row of every partition for each batch of 20 (and a generic plan of the named
+    // statement, after five runs, the whole table).
+    const rows = 100_000
+    const backlog = 4000
+    await db.pool.query(
+      `INSERT INTO ${keyTable(db)} (scope, key, fingerprint, status, claim_id, response_status, response_headers, response_body, created_at, updated_at, expires_at)
+       SELECT 'backlog-' || (i % 500), 'key-' || i, 'x', 'completed', gen_random_uuid(), 201, '[]'::jsonb, '\\x7b7d'::bytea,
+              now() - interval '2 days', now() - interval '2 days', now() + (i - ${backlog}) * interval '1 second'
+         FROM generate_series(1, ${rows}) AS i`,
+    )
+    await db.pool.query(`ANALYZE ${keyTable(db)}`)
+    const client = await db.pool.connect()
+    try {
+      // The store on one connection inside a transaction, so that the transaction's own
+      // counters are the sweep's and everything is rolled back after.
+      const store = createPostgresStore({ pool: { query: async (config) => client.query(config) as never, connect: () => db.pool.connect() }, schema: db.schema })
+      await client.query('BEGIN')
+      const partitions = `SELECT coalesce(sum(coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)), 0)::integer AS n
+                            FROM pg_stat_xact_user_tables WHERE schemaname = $1 AND relname LIKE 'idempotency\\_key\\_p%'`
+      let readBefore = 0
+      for (let batch = 0; batch < 8; batch++) {
+        expect(await store.sweepExpired(20)).toBe(20)
+        const read = (await client.query<{ n: number }>(partitions, [db.schema])).rows[0]?.n ?? 0
+        // The batch's 20 rows, and the few each partition's index hands the merge before it stops.
+        expect(read - readBefore).toBeLessThanOrEqual(20 + 4 * PARTITIONS)
+        readBefore = read
+      }
+    } finally {
+      await client.query('ROLLBACK')
+      client.release()
+      await db.pool.query(`DELETE FROM ${keyTable(db)} WHERE scope LIKE 'backlog-%'`)
+    }
+  })
 })

@@ -239,21 +239,28 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
            OR EXISTS (SELECT 1 FROM ${table}
                        WHERE scope = $1 AND key = $2 AND claim_id = $3::uuid AND status = 'in_progress' AND awaited) AS marked`,
     ),
-    // Invariant 9: a small batch, skipping rows another transaction holds, and the expiry checked
-    // again on the locked row so a key being reclaimed is never deleted. Invariant 11: only
+    // Invariant 9: a small batch, skipping rows another transaction holds. Invariant 11: only
     // settled keys; a running claim past its TTL is the reconciler's. $1 batch size.
-    sweepExpired: named(
-      'sweep_expired',
-      `WITH batch AS (
-         SELECT scope, key FROM ${table}
+    // The batch is deleted by row identity (tableoid, ctid), not by joining its keys back: the
+    // planner costs a join by key against a partitioned table as a probe of every partition and
+    // hashes the whole expired backlog instead, which made a batch 20x slower on 16 partitions
+    // and grew with the backlog (docs/scale-out.md). FOR UPDATE re-checks the batch's conditions
+    // on the newest version of each row and holds its lock to the end, so the version deleted is
+    // the one checked: a key reclaimed before the lock is no longer expired, one reclaimed after
+    // it waits. The scope lets each probe prune to its row's partition. Sent unnamed, so it is
+    // planned with its batch size every time: a generic plan of LIMIT $1 hashes the whole table.
+    sweepExpired: {
+      name: undefined,
+      text: `WITH batch AS (
+         SELECT tableoid, ctid, scope FROM ${table}
           WHERE expires_at <= now() AND status <> 'in_progress'
           ORDER BY expires_at
           LIMIT $1
           FOR UPDATE SKIP LOCKED
        )
        DELETE FROM ${table} k USING batch b
-        WHERE k.scope = b.scope AND k.key = b.key AND k.expires_at <= now() AND k.status <> 'in_progress'`,
-    ),
+        WHERE k.scope = b.scope AND k.tableoid = b.tableoid AND k.ctid = b.ctid`,
+    },
     // $1 stale ms. Running claims whose lease is older than the threshold: the operations stuck now.
     countStaleClaims: named(
       'count_stale_claims',
