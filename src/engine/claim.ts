@@ -7,7 +7,7 @@ import type { ResolvedEngineOptions } from './options.js'
 import { retryTransient } from './retry.js'
 import type { Fence } from './store.js'
 import type { ClaimKind, ClaimSnapshot, ClaimState, IdempotencyRequest, StoredResponse } from './types.js'
-import { openPhases, openResponse } from './encrypted-store.js'
+import { openSteps, openResponse } from './encrypted-store.js'
 import { isSealedBytes, isSealedText } from './encryption-keys.js'
 
 /** What `begin` does with a request once its key is valid. */
@@ -97,7 +97,7 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
         case 'take-over': {
           // Issue 23: step results still sealed here were never opened (encryption is off):
           // refused before the take-over, never handed to the steps as their results.
-          if (Object.values(snapshot.phases).some(isSealedText)) openPhases(undefined, snapshot, snapshot.phases)
+          if (Object.values(snapshot.stepResults).some(isSealedText)) openSteps(undefined, snapshot, snapshot.stepResults)
           tried = 'take-over'
           let ambiguous = false
           const taken = await retrying(
@@ -167,7 +167,7 @@ function heldClaim(snapshot: ClaimSnapshot, fenceToken: string): ClaimState {
     claimId: snapshot.claimId,
     fenceToken,
     recoveryPoint: snapshot.recoveryPoint,
-    phases: snapshot.phases,
+    stepResults: snapshot.stepResults,
     startedSteps: snapshot.startedSteps,
     interrupted: snapshot.interrupted,
   }

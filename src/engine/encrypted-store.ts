@@ -1,6 +1,6 @@
 import { isSealedBytes, isSealedText, openBytes, openJson, sealBytes, sealJson, type Keyring, type SealedPlace } from './encryption-keys.js'
 import { decorateStore } from './store-decorator.js'
-import type { CarriedPhases, ClaimRequest, Fence, IdempotencyStore, ReclaimInput, SeenClaim, StoreCompletion, TakeOverInput } from './store.js'
+import type { CarriedSteps, ClaimRequest, Fence, IdempotencyStore, ReclaimInput, SeenClaim, StoreCompletion, TakeOverInput } from './store.js'
 import type { ClaimAttempt, ClaimSnapshot, ClaimState, StoredResponse } from './types.js'
 
 const stepPlace = (where: { scope: string; key: string }, step: string): SealedPlace => ({ scope: where.scope, key: where.key, field: `step:${step}` })
@@ -14,9 +14,9 @@ const responsePlace = (where: { scope: string; key: string }): SealedPlace => ({
  * it holds ciphertext too. A value stored before encryption was on is read as it is.
  */
 export function withEncryption<Tx>(store: IdempotencyStore<Tx>, ring: Keyring): IdempotencyStore<Tx> {
-  const sealPhases = (where: { scope: string; key: string }, phases: Record<string, unknown>) =>
-    Object.fromEntries(Object.entries(phases).map(([name, result]) => [name, sealJson(ring, stepPlace(where, name), result)]))
-  const sealCarried = (fence: Fence, carried: CarriedPhases | undefined) => carried && { ...carried, phases: sealPhases(fence, carried.phases) }
+  const sealSteps = (where: { scope: string; key: string }, results: Record<string, unknown>) =>
+    Object.fromEntries(Object.entries(results).map(([name, result]) => [name, sealJson(ring, stepPlace(where, name), result)]))
+  const sealCarried = (fence: Fence, carried: CarriedSteps | undefined) => carried && { ...carried, stepResults: sealSteps(fence, carried.stepResults) }
   const sealOutcome = (fence: Fence, completion: StoreCompletion<Tx>): StoreCompletion<Tx> => ({ ...completion, response: sealResponse(ring, fence, completion.response) })
   const openState = <S extends ClaimState | ClaimSnapshot | null>(state: S): S => (state === null ? state : openRow(ring, state))
 
@@ -28,9 +28,9 @@ export function withEncryption<Tx>(store: IdempotencyStore<Tx>, ring: Keyring): 
     read: async (scope: string, key: string) => openState(await store.read(scope, key)),
     takeOver: async (seen: SeenClaim, take: TakeOverInput) => openState(await store.takeOver(seen, take)),
     reclaimExpired: async (seen: SeenClaim, request: ReclaimInput) => openState(await store.reclaimExpired(seen, request)),
-    commitPhase: (fence: Fence, phase: string, result: unknown, carried?: CarriedPhases) =>
-      store.commitPhase(fence, phase, sealJson(ring, stepPlace(fence, phase), result), sealCarried(fence, carried)),
-    markStepStarted: (fence: Fence, step: string, carried?: CarriedPhases) => store.markStepStarted(fence, step, sealCarried(fence, carried)),
+    commitStep: (fence: Fence, step: string, result: unknown, carried?: CarriedSteps) =>
+      store.commitStep(fence, step, sealJson(ring, stepPlace(fence, step), result), sealCarried(fence, carried)),
+    markStepStarted: (fence: Fence, step: string, carried?: CarriedSteps) => store.markStepStarted(fence, step, sealCarried(fence, carried)),
     complete: (fence: Fence, completion: StoreCompletion<Tx>) => store.complete(fence, sealOutcome(fence, completion)),
   }
   return decorateStore(store, encrypted)
@@ -57,12 +57,12 @@ export function openResponse(ring: Keyring | undefined, where: { scope: string; 
 }
 
 /** A row's step results opened, each in clear one as it is. */
-export function openPhases(ring: Keyring | undefined, where: { scope: string; key: string }, phases: Readonly<Record<string, unknown>>): Record<string, unknown> {
-  return Object.fromEntries(Object.entries(phases).map(([name, result]) => [name, isSealedText(result) ? openJson(ring, stepPlace(where, name), result) : result]))
+export function openSteps(ring: Keyring | undefined, where: { scope: string; key: string }, results: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(results).map(([name, result]) => [name, isSealedText(result) ? openJson(ring, stepPlace(where, name), result) : result]))
 }
 
 function openRow<S extends ClaimState | ClaimSnapshot>(ring: Keyring, row: S): S {
-  const opened = { ...row, phases: openPhases(ring, row, row.phases) }
+  const opened = { ...row, stepResults: openSteps(ring, row, row.stepResults) }
   if ('response' in row && row.response !== null) return { ...opened, response: openResponse(ring, row, row.response) }
   return opened
 }

@@ -50,7 +50,7 @@ export type Decision<Tx = unknown> =
 export type FailureAction =
   /** Delete the claim: the key may be retried as new. Only safe before any side effect. */
   | { action: 'release' }
-  /** Keep the committed phases and let the next retry resume at once. */
+  /** Keep the committed steps and let the next retry resume at once. */
   | { action: 'suspend' }
   /** Store this response as the outcome; retries replay it. */
   | { action: 'store'; response: StoredResponse }

@@ -4,11 +4,11 @@ import { complete, planCompletion, type CompletingHolder, type CompletionOptions
 export type { CompletionOptions } from './completion.js'
 import { publishEnded } from './events.js'
 import type { ResolvedEngineOptions } from './options.js'
-import { decodeStepResult, deriveStepKey, encodeStepResult, toStoredForm } from './phases.js'
+import { decodeStepResult, deriveStepKey, encodeStepResult, toStoredForm } from './steps.js'
 import { FencedWriter, isUnavailable } from './fenced-write.js'
 import { Lease } from './lease.js'
 import { describeError } from './retry.js'
-import type { CarriedPhases, Fence } from './store.js'
+import type { CarriedSteps, Fence } from './store.js'
 import type { ClaimKind, ClaimState, ExecutionState, StoredResponse } from './types.js'
 
 /** What a step's function receives. */
@@ -72,7 +72,7 @@ function checkStepOptions(options: StepOptions): void {
 
 /**
  * The right to run one key's operation, held by exactly one worker at a time. Runs the handler's
- * phases, renews the lease while it is held, and ends in exactly one of: `complete`, `fail`,
+ * steps, renews the lease while it is held, and ends in exactly one of: `complete`, `fail`,
  * `release`, `suspend`. Every write it makes is fenced: after a take-over it throws
  * `ONCELY_LOCK_LOST` and changes nothing. Every write is retried while the database is away, for
  * as long as the lease allows; past that the worker stops renewing (so a retry can take the
@@ -86,7 +86,7 @@ export class Execution<Tx = unknown> {
   /** How this worker came to own the key. */
   readonly how: ClaimKind
   #fence: Fence
-  #phases: Record<string, unknown>
+  #stepResults: Record<string, unknown>
   #startedSteps: Set<string>
   /** Step results run with `commit: 'with-next-write'` and not yet committed (insertion order = run order). */
   readonly #deferred = new Map<string, unknown>()
@@ -109,7 +109,7 @@ export class Execution<Tx = unknown> {
     this.claimId = claim.claimId
     this.how = how
     this.#fence = { scope: claim.scope, key: claim.key, fenceToken: claim.fenceToken }
-    this.#phases = Object.fromEntries(Object.entries(claim.phases).map(([name, stored]) => [name, decodeStepResult(stored)]))
+    this.#stepResults = Object.fromEntries(Object.entries(claim.stepResults).map(([name, stored]) => [name, decodeStepResult(stored)]))
     this.#startedSteps = new Set(claim.startedSteps)
     this.#recoveryPoint = claim.recoveryPoint
     // Invariant 11: a claim that was taken over or suspended may have been acted on.
@@ -147,7 +147,7 @@ export class Execution<Tx = unknown> {
     return this.#fence.fenceToken
   }
 
-  /** The last committed phase, or null before any: a retry resumes after it. */
+  /** The last committed step, or null before any: a retry resumes after it. */
   get recoveryPoint(): string | null {
     return this.#recoveryPoint
   }
@@ -163,7 +163,7 @@ export class Execution<Tx = unknown> {
    * and a claim for which it is true is never deleted (Invariant 11).
    */
   get sideEffectsPossible(): boolean {
-    return this.#stepEntered || this.#interrupted || this.#startedSteps.size > 0 || Object.keys(this.#phases).length > 0
+    return this.#stepEntered || this.#interrupted || this.#startedSteps.size > 0 || Object.keys(this.#stepResults).length > 0
   }
 
   /** The key step `name` passes on; the same in every run of this claim, take-overs included. */
@@ -172,7 +172,7 @@ export class Execution<Tx = unknown> {
   }
 
   /**
-   * Runs one phase (Invariant 2): outside any transaction, with a derived key to pass on. Its
+   * Runs one step (Invariant 2): outside any transaction, with a derived key to pass on. Its
    * result (plain JSON data) commits with the recovery point; when a retry resumes this claim,
    * a committed step returns its stored result and does not run again. With
    * `{ delivery: 'at-most-once' }` the step is recorded before it runs and a resumed run skips
@@ -189,7 +189,7 @@ export class Execution<Tx = unknown> {
   step<T>(name: string, run: (context: StepContext) => Promise<T> | T, options?: StepOptions): Promise<T | undefined>
   async step<T>(name: string, run: (context: StepContext) => Promise<T> | T, options: StepOptions = {}): Promise<T | undefined> {
     this.#assertRunning()
-    if (Object.hasOwn(this.#phases, name)) return this.#phases[name] as T
+    if (Object.hasOwn(this.#stepResults, name)) return this.#stepResults[name] as T
     checkStepOptions(options)
     if (options.delivery === 'at-most-once') {
       // Invariant 13: recorded before it is made; a take-over finds it started and skips it.
@@ -212,16 +212,16 @@ export class Execution<Tx = unknown> {
     const encoded = encodeStepResult(stored.value, stored.json)
     if (options.commit === 'with-next-write') {
       this.#deferred.set(name, encoded)
-      this.#phases[name] = stored.value
+      this.#stepResults[name] = stored.value
       return stored.value as T
     }
     const carried = this.#carried()
     const committed = await this.#writer.write(`committing step ${JSON.stringify(name)}`, () =>
-      this.#options.store.commitPhase(this.#fence, name, encoded, carried),
+      this.#options.store.commitStep(this.#fence, name, encoded, carried),
     )
     if (!committed) this.#lost()
     this.#settleCarried(carried)
-    this.#phases[name] = stored.value
+    this.#stepResults[name] = stored.value
     this.#recoveryPoint = name
     return stored.value as T
   }
@@ -275,14 +275,14 @@ export class Execution<Tx = unknown> {
   }
 
   /** The deferred step results the next fenced write carries, or undefined when there are none. */
-  #carried(): CarriedPhases | undefined {
+  #carried(): CarriedSteps | undefined {
     if (this.#deferred.size === 0) return undefined
-    return { phases: Object.fromEntries(this.#deferred), recoveryPoint: [...this.#deferred.keys()].at(-1)! }
+    return { stepResults: Object.fromEntries(this.#deferred), recoveryPoint: [...this.#deferred.keys()].at(-1)! }
   }
 
-  #settleCarried(carried: CarriedPhases | undefined): void {
+  #settleCarried(carried: CarriedSteps | undefined): void {
     if (carried === undefined) return
-    for (const name of Object.keys(carried.phases)) this.#deferred.delete(name)
+    for (const name of Object.keys(carried.stepResults)) this.#deferred.delete(name)
     this.#recoveryPoint = carried.recoveryPoint
   }
 
@@ -291,7 +291,7 @@ export class Execution<Tx = unknown> {
    * the completion runs inside the caller's open transaction, so business rows, outbox rows and
    * the completion commit or roll back together (Invariant 8). If that transaction rolls back,
    * this execution is still ended: the claim stays `in_progress`, its lease is no longer renewed,
-   * and a retry takes it over once it is stale and resumes after the last committed phase.
+   * and a retry takes it over once it is stale and resumes after the last committed step.
    */
   async complete(response: StoredResponse, options: CompletionOptions<Tx> = {}): Promise<void> {
     await this.#finish(planCompletion({ status: 'completed', response }, options))
@@ -346,7 +346,7 @@ export class Execution<Tx = unknown> {
   }
 
   /**
-   * Gives the claim up but keeps every committed phase: the next retry takes it over at once
+   * Gives the claim up but keeps every committed step: the next retry takes it over at once
    * and resumes after the recovery point, passing the same step keys, so the provider never
    * runs a step twice.
    */

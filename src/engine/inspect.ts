@@ -68,7 +68,7 @@ export async function inspectOperation<Tx>(store: IdempotencyStore<Tx>, scope: s
     claimId: snapshot.claimId,
     fingerprint: snapshot.fingerprint,
     recoveryPoint: snapshot.recoveryPoint,
-    steps: snapshot.phases,
+    steps: snapshot.stepResults,
     startedSteps: snapshot.startedSteps,
     response: snapshot.response,
     interrupted: snapshot.interrupted,

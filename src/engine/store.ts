@@ -66,9 +66,9 @@ export interface Fence {
 }
 
 /** Step results not yet committed (`commit: 'with-next-write'`), in the order they ran. */
-export interface CarriedPhases {
-  /** Phase name → the result in its stored form. */
-  phases: Record<string, unknown>
+export interface CarriedSteps {
+  /** Step name → the result in its stored form. */
+  stepResults: Record<string, unknown>
   /** The last of them: the recovery point once they commit. */
   recoveryPoint: string
 }
@@ -142,15 +142,15 @@ export interface IdempotencyStore<Tx = unknown> {
    */
   reclaimExpired(seen: SeenClaim, request: ReclaimInput): Promise<ClaimState | null>
   /**
-   * Commits one phase's result and moves the recovery point; `carried`, earlier results whose
+   * Commits one step's result and moves the recovery point; `carried`, earlier results whose
    * commit was deferred, commit in the same statement.
    */
-  commitPhase(fence: Fence, phase: string, result: unknown, carried?: CarriedPhases): Promise<boolean>
+  commitStep(fence: Fence, step: string, result: unknown, carried?: CarriedSteps): Promise<boolean>
   /**
    * Records an at-most-once step as started, before its function runs; `carried` results commit
    * in the same statement and move the recovery point to their last.
    */
-  markStepStarted(fence: Fence, step: string, carried?: CarriedPhases): Promise<boolean>
+  markStepStarted(fence: Fence, step: string, carried?: CarriedSteps): Promise<boolean>
   /** Renews the lease (`locked_at`) so a live owner never looks stale, nor expires. */
   renewLease(fence: Fence, ttlMs: number): Promise<boolean>
   /**

@@ -10,9 +10,9 @@
  * - **fingerprint**: SHA-256 of the canonical JSON of the request's meaningful parts; a request
  *   whose fingerprint differs from the stored one is a mismatch.
  * - **replay**: answering a repeated request with the stored response, byte for byte.
- * - **phase** (or step): one named part of a handler; one that calls the outside world runs
+ * - **step**: one named part of a handler; one that calls the outside world runs
  *   outside any transaction with a key derived from the claim.
- * - **recovery point**: the last phase whose result is committed; a retry resumes after it.
+ * - **recovery point**: the last step whose result is committed; a retry resumes after it.
  * - **take-over**: a retry becoming the owner of a stale claim (its worker died, or suspended
  *   it), by one compare-and-swap on the fence token.
  * - **fence token**: the random token a claim's owner holds; every write after the claim
@@ -48,10 +48,10 @@ export interface ClaimState {
   claimId: string
   /** The fence token this owner holds. */
   fenceToken: string
-  /** The last committed phase, or null before any. */
+  /** The last committed step, or null before any. */
   recoveryPoint: string | null
-  /** Results of committed phases, by phase name. */
-  phases: Readonly<Record<string, unknown>>
+  /** Results of committed steps, by step name, in their stored form. */
+  stepResults: Readonly<Record<string, unknown>>
   /** At-most-once steps recorded as started; a resumed run skips them. */
   startedSteps: readonly string[]
   /**
@@ -82,7 +82,7 @@ export interface ClaimSnapshot {
    */
   fenceToken: string | null
   recoveryPoint: string | null
-  phases: Readonly<Record<string, unknown>>
+  stepResults: Readonly<Record<string, unknown>>
   startedSteps: readonly string[]
   /** The stored response of a completed or failed key, else null. */
   response: StoredResponse | null

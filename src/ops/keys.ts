@@ -1,7 +1,7 @@
 import { DEFAULT_STALE_AFTER_MS } from '../engine/options.js'
 import { positiveInteger } from '../option-validation.js'
-import { deriveStepKey } from '../engine/phases.js'
-import { openPhases, openResponse } from '../engine/encrypted-store.js'
+import { deriveStepKey } from '../engine/steps.js'
+import { openSteps, openResponse } from '../engine/encrypted-store.js'
 import { isSealedBytes, isSealedText, resolveKeyring, sealedKeyId, type EncryptionOptions, type Keyring } from '../engine/encryption-keys.js'
 import type { KeyDetailRow, KeyRow } from '../store/postgres/statements-ops.js'
 import { resolveAdminDatabase, toNumber, type AdminDatabase } from './admin-database.js'
@@ -158,7 +158,7 @@ export function detailsOf(row: KeyDetailRow, ring?: Keyring): KeyDetails {
   const where = { scope: row.scope, key: row.key }
   const steps = Object.entries(row.step_results ?? {}).map(([name, stored]) => ({
     name,
-    result: isSealedText(stored) ? open(`step:${name}`, stored, () => openPhases(ring, where, { [name]: stored })[name], stored as unknown) : stored,
+    result: isSealedText(stored) ? open(`step:${name}`, stored, () => openSteps(ring, where, { [name]: stored })[name], stored as unknown) : stored,
     providerKey: deriveStepKey({ scope: row.scope, key: row.key, claimId: row.claim_id, step: name }),
   }))
   let response: KeyDetails['response'] = null

@@ -4,7 +4,7 @@ import { invalid, positiveInteger } from '../option-validation.js'
 import { settledBy } from '../engine/completion.js'
 import { FencedWriter } from '../engine/fenced-write.js'
 import { Lease } from '../engine/lease.js'
-import { deriveStepKey } from '../engine/phases.js'
+import { deriveStepKey } from '../engine/steps.js'
 import type { Fence } from '../engine/store.js'
 import type { StoredResponse } from '../engine/types.js'
 import type { ReconcilableRow } from '../store/postgres/statements-ops.js'
@@ -192,8 +192,8 @@ async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Pr
       ...base,
       fingerprint: seen.fingerprint,
       recoveryPoint: claim.recoveryPoint,
-      steps: claim.phases,
-      stepKeys: Object.fromEntries(Object.keys(claim.phases).map((step) => [step, stepKey(step)])),
+      steps: claim.stepResults,
+      stepKeys: Object.fromEntries(Object.keys(claim.stepResults).map((step) => [step, stepKey(step)])),
       stepKey,
       ageMs: seen.ageMs,
       leaseAgeMs: seen.leaseAgeMs,

@@ -164,7 +164,7 @@ function snapshotOf(request: ClaimRequest, entry: CacheEntry): ClaimSnapshot {
     fingerprint: entry.fingerprint,
     claimId: entry.claimId,
     recoveryPoint: null,
-    phases: {},
+    stepResults: {},
     startedSteps: [],
     interrupted: false,
     outcomeError: null,

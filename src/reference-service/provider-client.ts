@@ -1,7 +1,7 @@
 import type { ProviderAnswer, ProviderHttp } from './provider-http.js'
 import type { ProviderCharge } from './provider.js'
 
-/** What one charge attempt at the provider came to. Plain JSON: it is stored as a phase result. */
+/** What one charge attempt at the provider came to. Plain JSON: it is stored as a step result. */
 export type ProviderResult =
   | { outcome: 'charged'; charge: ProviderCharge }
   | { outcome: 'declined'; code: string; message: string }

@@ -45,7 +45,7 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
 
   it('a step: committed once, the worker goes on', async () => {
     const execution = await begin('lost-step')
-    const cut = proxy.cutNextAnswer({ to: '_commit_phase' })
+    const cut = proxy.cutNextAnswer({ to: '_commit_step' })
     expect(await execution.step('charge', async () => ({ id: 'ch_1' }))).toEqual({ id: 'ch_1' })
     await cut
     expect(execution.recoveryPoint).toBe('charge')

@@ -28,7 +28,7 @@ class ClassStore implements IdempotencyStore<Queryable> {
   read(...a: Parameters<PostgresStore['read']>) { this.#count(); return this.#inner.read(...a) }
   takeOver(...a: Parameters<PostgresStore['takeOver']>) { this.#count(); return this.#inner.takeOver(...a) }
   reclaimExpired(...a: Parameters<PostgresStore['reclaimExpired']>) { this.#count(); return this.#inner.reclaimExpired(...a) }
-  commitPhase(...a: Parameters<PostgresStore['commitPhase']>) { this.#count(); return this.#inner.commitPhase(...a) }
+  commitStep(...a: Parameters<PostgresStore['commitStep']>) { this.#count(); return this.#inner.commitStep(...a) }
   markStepStarted(...a: Parameters<PostgresStore['markStepStarted']>) { this.#count(); return this.#inner.markStepStarted(...a) }
   renewLease(...a: Parameters<PostgresStore['renewLease']>) { this.#count(); return this.#inner.renewLease(...a) }
   complete(...a: Parameters<PostgresStore['complete']>) { this.#count(); return this.#inner.complete(...a) }

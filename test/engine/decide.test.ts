@@ -14,7 +14,7 @@ function snapshot(overrides: Partial<ClaimSnapshot> = {}): ClaimSnapshot {
     claimId: 'claim-1',
     fenceToken: 'token-1',
     recoveryPoint: null,
-    phases: {},
+    stepResults: {},
     startedSteps: [],
     response: null,
     interrupted: false,

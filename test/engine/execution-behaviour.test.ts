@@ -245,7 +245,7 @@ describe('an outcome that cannot be stored', () => {
 describe('the database away past the lease (issue 8, path 4)', () => {
   const away = () => Promise.reject(transient())
   it("a step's commit gives up with ONCELY_STORE_UNAVAILABLE naming the step and the key, and the worker gives the claim up", async () => {
-    const engine = engineWith(() => ({ renewLease: away, commitPhase: away }), { staleAfterMs: 1000, leaseRenewMs: 100 })
+    const engine = engineWith(() => ({ renewLease: away, commitStep: away }), { staleAfterMs: 1000, leaseRenewMs: 100 })
     const execution = owned(await engine.begin(input('away-step')))
     const error: unknown = await execution.step('charge', () => 1).catch((e: unknown) => e)
     expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
@@ -338,7 +338,7 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
 
 describe('a write that landed, its answer lost, and the claim taken over before the retry', () => {
   /** The store's `method` lands its first call, then another worker takes the claim over, then the answer is lost. */
-  function takenOverAfter(method: 'commitPhase' | 'markStepStarted', key: string) {
+  function takenOverAfter(method: 'commitStep' | 'markStepStarted', key: string) {
     let calls = 0
     return engineWith((store) => ({
       [method]: async (...args: Parameters<PostgresStore[typeof method]>) => {
@@ -352,7 +352,7 @@ describe('a write that landed, its answer lost, and the claim taken over before 
   }
 
   it('a step: the row read back is the taker’s, so ONCELY_LOCK_LOST, not a committed step', async () => {
-    const execution = owned(await takenOverAfter('commitPhase', 'landed-then-taken').begin(input('landed-then-taken')))
+    const execution = owned(await takenOverAfter('commitStep', 'landed-then-taken').begin(input('landed-then-taken')))
     await expect(execution.step('charge', () => 1)).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
     expect(execution.state).toBe('lost')
   })

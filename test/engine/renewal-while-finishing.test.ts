@@ -202,7 +202,7 @@ describe('the retry deadline counts from the last write that renewed the lease (
           if (renewed) state.renewedAt.push(calledAt)
           return renewed
         },
-        commitPhase: (...args) => (state.away ? Promise.reject(transient()) : store.commitPhase(...args)),
+        commitStep: (...args) => (state.away ? Promise.reject(transient()) : store.commitStep(...args)),
       },
     })
     return { engine, state }

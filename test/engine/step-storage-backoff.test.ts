@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { OncelyError } from '../../src/index.js'
-import { decodeStepResult, encodeStepResult, toStoredForm } from '../../src/engine/phases.js'
+import { decodeStepResult, encodeStepResult, toStoredForm } from '../../src/engine/steps.js'
 import { backoffMs, retryTransient } from '../../src/engine/retry.js'
 
 // How a step result is stored, and the backoff between retries of a transient error, no SQL

@@ -63,7 +63,7 @@ describe('oncely reconcile, encrypted', () => {
     const { store } = engineOn(db, { encryption }).engine.options
     const attempt = await store.claim({ scope: '7', key: 'stuck-sealed', fingerprint, ttlMs: 86_400_000, claimId: randomUUID(), fenceToken: randomUUID() })
     if (attempt.kind !== 'inserted') throw new Error(attempt.kind)
-    await store.commitPhase({ scope: '7', key: 'stuck-sealed', fenceToken: attempt.claim.fenceToken }, 'charge', { providerCharge: 'pch_reconciled' })
+    await store.commitStep({ scope: '7', key: 'stuck-sealed', fenceToken: attempt.claim.fenceToken }, 'charge', { providerCharge: 'pch_reconciled' })
     await ageClaim(db, '7', 'stuck-sealed')
     const dir = await mkdtemp(path.join(tmpdir(), 'oncely-hook-'))
     try {

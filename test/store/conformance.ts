@@ -121,7 +121,7 @@ export function storeConformance<Tx>(subject: StoreSubject<Tx>): void {
         const attempt = await store.claim(asked)
         expect(attempt).toEqual({
           kind: 'inserted',
-          claim: { scope: asked.scope, key: asked.key, claimId: asked.claimId, fenceToken: asked.fenceToken, recoveryPoint: null, phases: {}, startedSteps: [], interrupted: false },
+          claim: { scope: asked.scope, key: asked.key, claimId: asked.claimId, fenceToken: asked.fenceToken, recoveryPoint: null, stepResults: {}, startedSteps: [], interrupted: false },
         })
         expect(await mustRead(asked)).toMatchObject({ status: 'in_progress', fingerprint, claimId: asked.claimId, fenceToken: asked.fenceToken, response: null, interrupted: false, outcomeError: null })
       })
@@ -168,44 +168,44 @@ export function storeConformance<Tx>(subject: StoreSubject<Tx>): void {
     describe('fenced writes (Invariant 3)', () => {
       test('a step commits its result and moves the recovery point; a step that returned nothing stores null', async () => {
         const { fence } = await claimed()
-        expect(await store.commitPhase(fence, 'quote', { price: 3, currency: 'eur' })).toBe(true)
-        expect(await store.commitPhase(fence, 'notify', undefined)).toBe(true)
-        expect(await mustRead(fence)).toMatchObject({ phases: { quote: { price: 3, currency: 'eur' }, notify: null }, recoveryPoint: 'notify' })
+        expect(await store.commitStep(fence, 'quote', { price: 3, currency: 'eur' })).toBe(true)
+        expect(await store.commitStep(fence, 'notify', undefined)).toBe(true)
+        expect(await mustRead(fence)).toMatchObject({ stepResults: { quote: { price: 3, currency: 'eur' }, notify: null }, recoveryPoint: 'notify' })
       })
 
       test('results carried by a step commit with it, the step last', async () => {
         const { fence } = await claimed()
-        expect(await store.commitPhase(fence, 'charge', { id: 'ch_1' }, { phases: { quote: { price: 3 } }, recoveryPoint: 'quote' })).toBe(true)
-        expect(await mustRead(fence)).toMatchObject({ phases: { quote: { price: 3 }, charge: { id: 'ch_1' } }, recoveryPoint: 'charge' })
+        expect(await store.commitStep(fence, 'charge', { id: 'ch_1' }, { stepResults: { quote: { price: 3 } }, recoveryPoint: 'quote' })).toBe(true)
+        expect(await mustRead(fence)).toMatchObject({ stepResults: { quote: { price: 3 }, charge: { id: 'ch_1' } }, recoveryPoint: 'charge' })
       })
 
       test('an at-most-once step is recorded as started, with the results it carries and their recovery point', async () => {
         const { fence } = await claimed()
-        expect(await store.markStepStarted(fence, 'charge', { phases: { quote: { price: 3 } }, recoveryPoint: 'quote' })).toBe(true)
-        expect(await mustRead(fence)).toMatchObject({ startedSteps: ['charge'], phases: { quote: { price: 3 } }, recoveryPoint: 'quote' })
+        expect(await store.markStepStarted(fence, 'charge', { stepResults: { quote: { price: 3 } }, recoveryPoint: 'quote' })).toBe(true)
+        expect(await mustRead(fence)).toMatchObject({ startedSteps: ['charge'], stepResults: { quote: { price: 3 } }, recoveryPoint: 'quote' })
         // Nothing carried: the step is recorded, the phases and the recovery point stay as they were.
         expect(await store.markStepStarted(fence, 'email')).toBe(true)
-        expect(await mustRead(fence)).toMatchObject({ startedSteps: ['charge', 'email'], phases: { quote: { price: 3 } }, recoveryPoint: 'quote' })
+        expect(await mustRead(fence)).toMatchObject({ startedSteps: ['charge', 'email'], stepResults: { quote: { price: 3 } }, recoveryPoint: 'quote' })
       })
 
       test('every write with another token is refused and changes nothing', async () => {
         const { fence } = await claimed()
-        expect(await store.commitPhase(fence, 'quote', { price: 3 })).toBe(true)
+        expect(await store.commitStep(fence, 'quote', { price: 3 })).toBe(true)
         const before = await mustRead(fence)
         const lost = lostFence(fence)
-        expect(await store.commitPhase(lost, 'charge', { id: 'ch_lost' })).toBe(false)
+        expect(await store.commitStep(lost, 'charge', { id: 'ch_lost' })).toBe(false)
         expect(await store.markStepStarted(lost, 'email')).toBe(false)
         expect(await store.renewLease(lost, DAY_MS)).toBe(false)
         for (const way of COMPLETION_WAYS) expect(await complete(store, lost, completed, way), way).toBe(false)
         expect(await store.suspend(lost, 'refused')).toBe(false)
         expect(await store.release(lost)).toBe(false)
-        expect(await mustRead(fence)).toMatchObject({ status: 'in_progress', fenceToken: fence.fenceToken, phases: before.phases, recoveryPoint: before.recoveryPoint, startedSteps: [], outcomeError: null })
+        expect(await mustRead(fence)).toMatchObject({ status: 'in_progress', fenceToken: fence.fenceToken, stepResults: before.stepResults, recoveryPoint: before.recoveryPoint, startedSteps: [], outcomeError: null })
       })
 
       test('a settled key takes no write, not even with the token that completed it', async () => {
         const { fence } = await claimed()
         expect(await complete(store, fence, completed)).toBe(true)
-        expect(await store.commitPhase(fence, 'late', { id: 'ch_late' })).toBe(false)
+        expect(await store.commitStep(fence, 'late', { id: 'ch_late' })).toBe(false)
         expect(await store.markStepStarted(fence, 'late')).toBe(false)
         expect(await store.renewLease(fence, DAY_MS)).toBe(false)
         for (const way of COMPLETION_WAYS) expect(await complete(store, fence, { status: 'failed', response: { status: 500, headers: [], body: Buffer.from('late') } }, way), way).toBe(false)
@@ -284,15 +284,15 @@ export function storeConformance<Tx>(subject: StoreSubject<Tx>): void {
 
       test('a stale claim is taken over: same identity and recovery point, a new token, interrupted; the old token is fenced out', async () => {
         const { claim, fence } = await claimed()
-        expect(await store.commitPhase(fence, 'quote', { price: 3 })).toBe(true)
+        expect(await store.commitStep(fence, 'quote', { price: 3 })).toBe(true)
         await leaseOlderThan(fence, 20)
         const token = randomUUID()
         const taken = await store.takeOver(await mustRead(fence), { fenceToken: token, staleAfterMs: 20, ttlMs: DAY_MS })
-        expect(taken).toEqual({ scope: fence.scope, key: fence.key, claimId: claim.claimId, fenceToken: token, recoveryPoint: 'quote', phases: { quote: { price: 3 } }, startedSteps: [], interrupted: true })
-        expect(await store.commitPhase(fence, 'charge', { by: 'old' })).toBe(false)
+        expect(taken).toEqual({ scope: fence.scope, key: fence.key, claimId: claim.claimId, fenceToken: token, recoveryPoint: 'quote', stepResults: { quote: { price: 3 } }, startedSteps: [], interrupted: true })
+        expect(await store.commitStep(fence, 'charge', { by: 'old' })).toBe(false)
         expect(await complete(store, fence, completed)).toBe(false)
-        expect(await store.commitPhase({ ...fence, fenceToken: token }, 'charge', { by: 'taker' })).toBe(true)
-        expect(await mustRead(fence)).toMatchObject({ fenceToken: token, interrupted: true, phases: { quote: { price: 3 }, charge: { by: 'taker' } } })
+        expect(await store.commitStep({ ...fence, fenceToken: token }, 'charge', { by: 'taker' })).toBe(true)
+        expect(await mustRead(fence)).toMatchObject({ fenceToken: token, interrupted: true, stepResults: { quote: { price: 3 }, charge: { by: 'taker' } } })
       })
 
       test('a snapshot read before a renewal matches nothing once the lease was renewed', async () => {
@@ -364,14 +364,14 @@ export function storeConformance<Tx>(subject: StoreSubject<Tx>): void {
 
       test('a suspended claim keeps its recovery point and why, holds no token, and is taken over at once whatever the threshold', async () => {
         const { claim, fence } = await claimed()
-        expect(await store.commitPhase(fence, 'charge', { id: 'ch_1' })).toBe(true)
+        expect(await store.commitStep(fence, 'charge', { id: 'ch_1' })).toBe(true)
         expect(await store.suspend(fence, 'the completion failed: 23505')).toBe(true)
         const suspended = await mustRead(fence)
         expect(suspended).toMatchObject({ status: 'in_progress', fenceToken: null, interrupted: true, recoveryPoint: 'charge', outcomeError: 'the completion failed: 23505' })
-        expect(await store.commitPhase(fence, 'late', {})).toBe(false)
+        expect(await store.commitStep(fence, 'late', {})).toBe(false)
         const token = randomUUID()
         const taken = await store.takeOver(suspended, { fenceToken: token, staleAfterMs: DAY_MS, ttlMs: DAY_MS })
-        expect(taken).toMatchObject({ claimId: claim.claimId, fenceToken: token, recoveryPoint: 'charge', phases: { charge: { id: 'ch_1' } }, interrupted: true })
+        expect(taken).toMatchObject({ claimId: claim.claimId, fenceToken: token, recoveryPoint: 'charge', stepResults: { charge: { id: 'ch_1' } }, interrupted: true })
       })
 
       test('a suspension without an error records none', async () => {
@@ -384,7 +384,7 @@ export function storeConformance<Tx>(subject: StoreSubject<Tx>): void {
     describe('expiry (Invariant 9)', () => {
       test('a settled key past its TTL is reported expired, and is reclaimed as a new operation: a new identity, nothing of the old one', async () => {
         const { claim, fence } = await claimed({ ttlMs: 100 })
-        expect(await store.commitPhase(fence, 'charge', { id: 'ch_old' })).toBe(true)
+        expect(await store.commitStep(fence, 'charge', { id: 'ch_old' })).toBe(true)
         expect(await complete(store, fence, completed)).toBe(true)
         await expired(fence)
         // The store never decides that a key is new: the claim reports the expired row.
@@ -393,7 +393,7 @@ export function storeConformance<Tx>(subject: StoreSubject<Tx>): void {
         if (seen.kind === 'existing') expect(seen.snapshot.expiresInMs).toBeLessThanOrEqual(0)
         const fresh = { claimId: randomUUID(), fenceToken: randomUUID() }
         const reclaimed = await store.reclaimExpired(await mustRead(fence), { fingerprint: otherFingerprint, ttlMs: DAY_MS, ...fresh })
-        expect(reclaimed).toEqual({ scope: fence.scope, key: fence.key, ...fresh, recoveryPoint: null, phases: {}, startedSteps: [], interrupted: false })
+        expect(reclaimed).toEqual({ scope: fence.scope, key: fence.key, ...fresh, recoveryPoint: null, stepResults: {}, startedSteps: [], interrupted: false })
         expect(reclaimed?.claimId).not.toBe(claim.claimId)
         expect(await mustRead(fence)).toMatchObject({ status: 'in_progress', fingerprint: otherFingerprint, response: null, outcomeError: null })
         expect((await mustRead(fence)).expiresInMs).toBeGreaterThan(DAY_MS - 60_000)

@@ -15,7 +15,7 @@ export function snapshotOf(scope: string, key: string, row: KeyRow): ClaimSnapsh
     claimId: row.claim_id,
     fenceToken: row.fence_token,
     recoveryPoint: row.recovery_point,
-    phases: row.step_results,
+    stepResults: row.step_results,
     startedSteps: row.started_steps,
     response,
     interrupted: row.interrupted,
@@ -34,7 +34,7 @@ export function claimOf(scope: string, key: string, row: HeldRow): ClaimState {
     claimId: row.claim_id,
     fenceToken: row.fence_token,
     recoveryPoint: row.recovery_point,
-    phases: row.step_results,
+    stepResults: row.step_results,
     startedSteps: row.started_steps,
     interrupted: row.interrupted,
   }

@@ -53,7 +53,7 @@ export interface Statements {
   readKey: Statement
   takeOver: Statement
   reclaimExpired: Statement
-  commitPhase: Statement
+  commitStep: Statement
   markStepStarted: Statement
   renewLease: Statement
   complete: Statement
@@ -155,9 +155,9 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
       RETURNING ${held}`,
     ),
     // Invariant 3 for every statement below: it matches only while the writer's token does.
-    // $1 scope, $2 key, $3 token, $4 phase, $5 result as JSON text, $6 the deferred results it carries.
-    commitPhase: named(
-      'commit_phase',
+    // $1 scope, $2 key, $3 token, $4 step, $5 result as JSON text, $6 the deferred results it carries.
+    commitStep: named(
+      'commit_step',
       `UPDATE ${table}
           SET recovery_point = $4, step_results = step_results || $6::jsonb || jsonb_build_object($4::text, $5::jsonb),
               locked_at = now(), updated_at = now()

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { OncelyError } from '../../errors.js'
 import { describeKind, invalid, invalidHidden, positiveInteger } from '../../option-validation.js'
-import type { CarriedPhases, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, StoreCompletion, TakeOverInput, WatchedClaim } from '../../engine/store.js'
+import type { CarriedSteps, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, StoreCompletion, TakeOverInput, WatchedClaim } from '../../engine/store.js'
 import type { ClaimAttempt, ClaimSnapshot, ClaimState, WriteStatement } from '../../engine/types.js'
 import { toQueryConfig, type PoolLike, type Queryable } from './executor.js'
 import { claimOf, snapshotOf } from './key-rows.js'
@@ -157,11 +157,11 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       const values = [seen.scope, seen.key, seen.claimId, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs, request.staleAfterMs ?? null]
       return held(seen.scope, seen.key, sql.reclaimExpired, values)
     },
-    async commitPhase(fence: Fence, phase: string, result: unknown, carried?: CarriedPhases) {
-      return fenced(pool, sql.commitPhase, fence, [phase, JSON.stringify(result ?? null), JSON.stringify(carried?.phases ?? {})])
+    async commitStep(fence: Fence, step: string, result: unknown, carried?: CarriedSteps) {
+      return fenced(pool, sql.commitStep, fence, [step, JSON.stringify(result ?? null), JSON.stringify(carried?.stepResults ?? {})])
     },
-    async markStepStarted(fence: Fence, step: string, carried?: CarriedPhases) {
-      return fenced(pool, sql.markStepStarted, fence, [step, JSON.stringify(carried?.phases ?? {}), carried?.recoveryPoint ?? null])
+    async markStepStarted(fence: Fence, step: string, carried?: CarriedSteps) {
+      return fenced(pool, sql.markStepStarted, fence, [step, JSON.stringify(carried?.stepResults ?? {}), carried?.recoveryPoint ?? null])
     },
     async renewLease(fence: Fence, ttlMs: number) {
       return fenced(pool, sql.renewLease, fence, [ttlMs])

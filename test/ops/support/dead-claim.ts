@@ -16,7 +16,7 @@ export async function deadClaim(
   const attempt = await store.claim({ scope, key, fingerprint, ttlMs: 86_400_000, claimId: randomUUID(), fenceToken: randomUUID() })
   if (attempt.kind !== 'inserted') throw new Error(`expected a new claim on ${key}, found one`)
   const fence = { scope, key, fenceToken: attempt.claim.fenceToken }
-  if (options.step) await store.commitPhase(fence, options.step, { id: 'ch_step' })
+  if (options.step) await store.commitStep(fence, options.step, { id: 'ch_step' })
   if (options.suspend) await store.suspend(fence)
   if (!options.fresh) await ageClaim(db, scope, key)
   return attempt.claim
