@@ -9,9 +9,12 @@ export default defineConfig({
     // A forgotten `.only` must not silently shrink the suite in CI (docs/conventions.md, Tests).
     allowOnly: !process.env.CI,
     pool: 'forks',
-    // One file at a time (Vitest's default on CI's two cores). Three at a time halved the suite's
-    // time (607 s to 375 s a pass) but made the table-lock fault test's 5 s window miss its bound
-    // on PostgreSQL 15 under the load: the timing tests must be made robust to load first.
+    // Vitest's default is one worker fewer than the cores: one file at a time on CI's two. The
+    // files spend most of their time waiting on PostgreSQL, child processes and brokers, and each
+    // has a database of its own (test/helpers/db.ts), so three at a time take about half as long
+    // (607 s to 375 s a pass). A test with a time bound must hold under that load: the table-lock
+    // fault test holds its lock until every request is answered instead of for a fixed 5 s.
+    maxWorkers: 3,
     testTimeout: 30_000,
     hookTimeout: 60_000,
     teardownTimeout: 30_000,

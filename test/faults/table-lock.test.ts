@@ -5,8 +5,12 @@ import { badAnswers, exactlyOnceViolations, keysOf, send, settleKeys, startFault
 // Issue 8, database faults (c): an ACCESS EXCLUSIVE lock held on the idempotency table for 5 s
 // (a migration, a VACUUM FULL, an operator's mistake) while 50 keys arrive. How the server queues
 // lock waiters and applies lock_timeout is the server's own, so this runs on every PostgreSQL.
+// The lock is held at least 5 s, and on until every arriving request is answered (at most 30 s):
+// a request that waited for the lock holder is never answered while it holds the lock, however
+// slow the machine, while one that gives up at its lock timeout is, however loaded.
 let bed: FaultBed
 const LOCK_HELD_MS = 5_000
+const LOCK_HELD_AT_MOST_MS = 30_000
 
 beforeAll(async () => {
   bed = await startFaultBed('lock')
@@ -16,8 +20,8 @@ afterAll(async () => {
   await bed?.close()
 })
 
-describe('an ACCESS EXCLUSIVE lock on the idempotency table for 5 s', () => {
-  it('no request waits for the lock holder; 503 + Retry-After meanwhile; every key ends charged once after', { timeout: 60_000 }, async () => {
+describe('an ACCESS EXCLUSIVE lock on the idempotency table for 5 s and more', () => {
+  it('no request waits for the lock holder; 503 + Retry-After meanwhile; every key ends charged once after', { timeout: 90_000 }, async () => {
     const user = newUser()
     const inStep = keysOf('lock-step', 10)
     const arriving = keysOf('lock-new', 50)
@@ -39,9 +43,11 @@ describe('an ACCESS EXCLUSIVE lock on the idempotency table for 5 s', () => {
       answeredAt.set(done.key, performance.now())
       return done
     }
-    const inFlight = [...stepping.map(track), ...arriving.map((key) => track(send(bed, user, key)))]
+    const arrivals = arriving.map((key) => track(send(bed, user, key)))
+    const inFlight = [...stepping.map(track), ...arrivals]
+    const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms - (performance.now() - lockedAt))))
     try {
-      await new Promise((resolve) => setTimeout(resolve, LOCK_HELD_MS - (performance.now() - lockedAt)))
+      await Promise.all([sleep(LOCK_HELD_MS), Promise.race([Promise.all(arrivals), sleep(LOCK_HELD_AT_MOST_MS)])])
     } finally {
       await bed.admin.query('COMMIT')
       releasedAt = performance.now()
