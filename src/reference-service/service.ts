@@ -20,6 +20,7 @@ import { createServiceTables } from './sql.js'
 import { createOutbox } from '../outbox/index.js'
 import { startEventRelay } from './events.js'
 import { createReceiptSender } from './receipt.js'
+import { redactUrl } from '../client/redact-url.js'
 import { createServiceMetrics, mountServiceConsole, startServiceConsole, startServiceReconciler } from './operations.js'
 
 export interface RunningService {
@@ -138,7 +139,7 @@ export async function startService(config: Readonly<ServiceConfig>, logOption: L
     // One write, so a reader that sees the ready line sees the lines to try with it.
     process.stdout.write(
       [
-        `oncely reference service (${config.strategy}, pid ${process.pid}) on ${database.description}, ${provider.description} at ${provider.url}`,
+        `oncely reference service (${config.strategy}, pid ${process.pid}) on ${database.description}, ${provider.description} at ${shownUrl(provider.url)}`,
         ...(config.databaseUrl === undefined ? [`database: ${database.url} (oncely commands run in this folder use it when DATABASE_URL is unset)`] : []),
         `listening on ${url}`,
         consoleLine(config, url, served?.url),
@@ -167,6 +168,12 @@ function answerHalfClosedClients(server: ReturnType<typeof serve>): void {
 }
 
 /** Where the console is: its own loopback listener, and the API's `/console` with a token. */
+/** A URL for the banner: as given, unless it carries credentials or query values, which stdout must not show. */
+function shownUrl(url: string): string {
+  const parsed = URL.canParse(url) ? new URL(url) : undefined
+  return parsed === undefined || parsed.username || parsed.password || parsed.search ? redactUrl(url) : url
+}
+
 function consoleLine(config: Readonly<ServiceConfig>, url: string, listener: string | undefined): string {
   const onApi = config.consoleToken === undefined ? undefined : `${url}/console (CONSOLE_TOKEN required)`
   if (listener === undefined) return `console: ${onApi ?? 'off (CONSOLE_PORT=off, no CONSOLE_TOKEN)'}`
