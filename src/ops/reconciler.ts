@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { Engine } from '../engine/engine.js'
+import { OncelyError } from '../errors.js'
 import { invalid, positiveInteger } from '../option-validation.js'
 import { settledBy } from '../engine/completion.js'
 import { FencedWriter } from '../engine/fenced-write.js'
@@ -65,6 +66,14 @@ export interface ReconcileOptions<Tx = unknown> {
   limit?: number
   /** Stored for a claim past its TTL that the hook could not settle. (Default: a 502 problem+json, `outcome-unknown`) */
   expiredResponse?: StoredResponse
+  /**
+   * How long the hook may hold one claim. Past it the reconciler gives the claim up as a handler
+   * past `handlerDeadlineMs` does: its lease is no longer renewed, so a retry or the next run
+   * takes it over once stale; the run goes on to the next claim (decision `error`), and a late
+   * `complete` or `fail` of that hook is refused with `ONCELY_HANDLER_DEADLINE_EXCEEDED`.
+   * (Default: the engine's `handlerDeadlineMs`)
+   */
+  hookDeadlineMs?: number
   /** Called with each decision, e.g. `metrics.onReconcile`. (Default: none) */
   onDecision?: (report: ReconcileReport) => void
   /** Where each decision is logged: a pino-style logger or a line function. (Default: `console.warn`) */
@@ -142,10 +151,12 @@ export function resolveReconcileOptions<Tx>(options: ReconcileOptions<Tx>) {
   const olderThanMs = positiveInteger('olderThanMs', options.olderThanMs ?? 2 * staleAfterMs)
   // Below the stale threshold the reconciler could take a claim from an owner that still renews it.
   if (olderThanMs < staleAfterMs) throw invalid('olderThanMs', `must be at least the engine's staleAfterMs (${staleAfterMs})`, olderThanMs)
+  const hookDeadlineMs = positiveInteger('hookDeadlineMs', options.hookDeadlineMs ?? engine.options.handlerDeadlineMs)
   return Object.freeze({
     engine,
     hook,
     olderThanMs,
+    hookDeadlineMs,
     limit: positiveInteger('limit', options.limit ?? 100),
     expiredResponse: options.expiredResponse ?? OUTCOME_UNKNOWN_RESPONSE,
     log: resolveLogger(options.log),
@@ -169,7 +180,23 @@ async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Pr
   // Invariant 3: while the hook looks the outcome up, the lease is renewed like any owner's, by
   // the engine's own lease; a refusal needs no action here, as the next fenced write fails.
   // The renewal must not lengthen the key's life (1 ms instead of the TTL; see above).
-  const lease = new Lease({ renew: () => store.renewLease(fence, 1), renewEveryMs: leaseRenewMs, staleAfterMs, onRefused: () => undefined })
+  // Past hookDeadlineMs the hook is abandoned as a handler is (issue 8, path 13): a hook that
+  // never returns must not hold a claim, nor the run, for ever.
+  let abandoned = false
+  let passDeadline = () => {}
+  const deadlinePassed = new Promise<'deadline'>((resolve) => (passDeadline = () => resolve('deadline')))
+  const lease = new Lease({
+    renew: () => store.renewLease(fence, 1),
+    renewEveryMs: leaseRenewMs,
+    staleAfterMs,
+    deadlineMs: options.hookDeadlineMs,
+    onRefused: () => undefined,
+    onDeadline: () => {
+      abandoned = true
+      lease.stop()
+      passDeadline()
+    },
+  })
   // The engine's fenced write: retried while the database is away, within the lease, and
   // recognised by read-back when a lost answer hid its landing.
   const writer = new FencedWriter({ store, scope: claim.scope, key: claim.key, lease, onUnavailable: () => lease.stop() })
@@ -181,14 +208,16 @@ async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Pr
   let settled: 'completed' | 'failed' | undefined
   const settle = (status: 'completed' | 'failed') => async (response: StoredResponse, settleOptions: { tx?: Tx } = {}) => {
     if (settled !== undefined) throw invalid('complete/fail', `was already called (${settled})`, status)
+    if (abandoned) throw new OncelyError('ONCELY_HANDLER_DEADLINE_EXCEEDED', `the reconciler's hook for key ${JSON.stringify(claim.key)} ran past hookDeadlineMs (${options.hookDeadlineMs} ms); the claim was given up and a retry takes it over`)
     const { tx } = settleOptions
     // In the caller's transaction: one attempt, the caller owns its retries.
     if (!(await (tx === undefined ? storeOutcome(status, response) : store.complete(fence, { status, response, tx })))) throw new LostClaim()
     settled = status
   }
   const stepKey = (step: string) => deriveStepKey({ scope: claim.scope, key: claim.key, claimId: claim.claimId, step })
+  const gaveUp = { ...base, decision: 'error' as const, detail: `the hook ran past hookDeadlineMs (${options.hookDeadlineMs} ms): the claim was given up, and a retry or the next run takes it over once stale` }
   try {
-    await options.hook({
+    const hookRun = (async () => options.hook({
       ...base,
       fingerprint: seen.fingerprint,
       recoveryPoint: claim.recoveryPoint,
@@ -202,7 +231,10 @@ async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Pr
       expired,
       complete: settle('completed'),
       fail: settle('failed'),
-    })
+    }))()
+    // The abandoned hook may still end, or throw, after the run has gone on.
+    hookRun.catch(() => undefined)
+    if ((await Promise.race([hookRun, deadlinePassed])) === 'deadline' || (abandoned && settled === undefined)) return gaveUp
     if (settled !== undefined) return { ...base, decision: settled, detail: `${settled}: the hook found the outcome and stored it` }
     if (expired) {
       if (!(await storeOutcome('failed', options.expiredResponse))) throw new LostClaim()
@@ -212,6 +244,7 @@ async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Pr
     return { ...base, decision: 'unresolved', detail: 'nothing found: left suspended with the same identity, so a retry resumes with the same provider keys' }
   } catch (error) {
     if (error instanceof LostClaim) return { ...base, decision: 'skipped', detail: 'a retry took the claim over while the hook ran; it settles it' }
+    if (abandoned && settled === undefined) return gaveUp
     // Invariant 7: an unknown outcome is kept resumable, never forgotten.
     if (settled === undefined) await suspend().catch(() => false)
     return { ...base, decision: 'error', detail: `the hook failed, claim left suspended: ${error instanceof Error ? error.message : String(error)}` }

@@ -149,4 +149,37 @@ describe('reconcileStuckClaims', () => {
     const error: unknown = await reconcileStuckClaims({ engine, database: { pool: db.pool, schema: db.schema }, hook: async () => {}, olderThanMs: STALE - 1 }).catch((caught: unknown) => caught)
     expect(isOncelyError(error, 'ONCELY_INVALID_OPTION') && error.message).toMatch(/olderThanMs/)
   })
+
+  it('a hook that never returns is given up at hookDeadlineMs: the run goes on, the lease stops so a retry takes the claim over, and a late complete is refused', async () => {
+    const scope = newScope()
+    await deadClaim(scope, 'hung')
+    const short = 1000
+    const { engine } = engineOn(db, { staleAfterMs: short })
+    let hung: ReconcileClaim<Queryable> | undefined
+    const reports = await reconcileStuckClaims({
+      engine,
+      database: { pool: db.pool, schema: db.schema },
+      olderThanMs: short,
+      hookDeadlineMs: 700,
+      log: quiet,
+      hook: async (stuck) => {
+        if (stuck.scope !== scope) return
+        hung = stuck
+        await new Promise(() => {})
+      },
+    })
+    expect(reports.filter((r) => r.scope === scope)).toMatchObject([{ key: 'hung', decision: 'error', detail: expect.stringContaining('hookDeadlineMs (700 ms)') as unknown }])
+    await expect(hung?.complete(jsonResponse(201, '{}'))).rejects.toMatchObject({ code: 'ONCELY_HANDLER_DEADLINE_EXCEEDED' })
+    // Its lease (renewed every 333 ms while the hook ran) is no longer renewed: once stale, a retry owns it.
+    await new Promise((resolve) => setTimeout(resolve, short + 200))
+    const retry = await engine.begin({ scope, key: 'hung', fingerprint })
+    expect(retry).toMatchObject({ kind: 'execute', execution: { how: 'take-over' } })
+    if (retry.kind === 'execute') await retry.execution.complete(jsonResponse(201, '{"by":"retry"}'))
+  })
+
+  it('refuses a hookDeadlineMs that is not a positive integer', async () => {
+    const { engine } = engineOn(db, { staleAfterMs: STALE })
+    const error: unknown = await reconcileStuckClaims({ engine, database: { pool: db.pool, schema: db.schema }, hook: async () => {}, hookDeadlineMs: 0 }).catch((caught: unknown) => caught)
+    expect(isOncelyError(error, 'ONCELY_INVALID_OPTION') && error.message).toMatch(/hookDeadlineMs/)
+  })
 })
