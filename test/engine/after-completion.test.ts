@@ -103,9 +103,11 @@ describe('execution.afterCompletion', () => {
     const { engine, pool } = setup(true)
     const execution = owned(await engine.begin({ scope: 'u1', key: 'after-tx', fingerprint }))
     execution.afterCompletion('receipt', () => undefined)
+    execution.afterCompletion('audit', () => undefined)
     const error: unknown = await withTransaction(pool, (tx) => execution.complete(jsonResponse(201, '{}'), { tx })).catch((e: unknown) => e)
     expect(isOncelyError(error, 'ONCELY_INVALID_OPTION')).toBe(true)
-    expect((error as Error).message).toContain('afterCompletion registered a send ("receipt")')
+    // The transaction is named, never shown.
+    expect((error as Error).message).toMatch(/^option tx cannot be given once afterCompletion registered a send \("receipt", "audit"\): .+; got a transaction$/)
     expect({ state: execution.state, row: await status('after-tx') }).toEqual({ state: 'running', row: 'in_progress' })
   })
 
@@ -117,13 +119,17 @@ describe('execution.afterCompletion', () => {
         work()
         return 'none'
       } catch (error) {
-        return (error as { code?: string }).code
+        return `${(error as { code?: string }).code}: ${(error as Error).message}`
       }
     }
-    expect(code(() => execution.afterCompletion('', () => undefined))).toBe('ONCELY_INVALID_OPTION')
-    expect(code(() => execution.afterCompletion('x', 'send' as unknown as () => void))).toBe('ONCELY_INVALID_OPTION')
-    expect(code(() => execution.afterCompletion('x', () => undefined, { onError: 1 as unknown as () => void }))).toBe('ONCELY_INVALID_OPTION')
+    const refused = (rule: string) => `ONCELY_INVALID_OPTION: option ${rule}`
+    expect(code(() => execution.afterCompletion('', () => undefined))).toBe(refused('name must be a non-empty string; got ""'))
+    expect(code(() => execution.afterCompletion(7 as unknown as string, () => undefined))).toBe(refused('name must be a non-empty string; got 7'))
+    expect(code(() => execution.afterCompletion('x', 'send' as unknown as () => void))).toBe(refused('run must be a function; got "send"'))
+    expect(code(() => execution.afterCompletion('x', () => undefined, null as unknown as object))).toBe(refused('options must be an object; got null'))
+    expect(code(() => execution.afterCompletion('x', () => undefined, 'quiet' as unknown as object))).toBe(refused('options must be an object; got "quiet"'))
+    expect(code(() => execution.afterCompletion('x', () => undefined, { onError: 1 as unknown as () => void }))).toBe(refused('onError must be a function; got 1'))
     await execution.complete(jsonResponse(201, '{}'))
-    expect(code(() => execution.afterCompletion('late', () => undefined))).toBe('ONCELY_CLAIM_FINISHED')
+    expect(code(() => execution.afterCompletion('late', () => undefined))).toMatch(/^ONCELY_CLAIM_FINISHED: /)
   })
 })
