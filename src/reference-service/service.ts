@@ -20,7 +20,7 @@ import { createServiceTables } from './sql.js'
 import { createOutbox } from '../outbox/index.js'
 import { startEventRelay } from './events.js'
 import { createReceiptSender } from './receipt.js'
-import { redactUrl } from '../client/redact-url.js'
+import { redactUrl } from '../client/index.js'
 import { createServiceMetrics, mountServiceConsole, startServiceConsole, startServiceReconciler } from './operations.js'
 
 export interface RunningService {

@@ -96,9 +96,12 @@ describe('a pool that never hands over a connection', () => {
   })
 
   it("the pool's own refusal (connectionTimeoutMillis) is ONCELY_STORE_UNAVAILABLE naming the connection, with the pool's error as its cause", async () => {
-    const pool = db.newPool(1, { connectionTimeoutMillis: 50 })
+    const pool = db.newPool(1, { connectionTimeoutMillis: 10_000 })
     const store = createPostgresStore({ pool, schema: db.schema, statementTimeoutMs: 20_000, lockTimeoutMs: 1000 })
     const held = await pool.connect()
+    // Only once the one connection is held does the pool give up after 50 ms (pg-pool reads the
+    // option at each connect): a loaded machine may take longer than that to open the first.
+    ;(pool as unknown as { options: pg.PoolConfig }).options.connectionTimeoutMillis = 50
     try {
       const error = await rejection(store.transaction(async () => undefined))
       expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
