@@ -167,13 +167,13 @@ function answerHalfClosedClients(server: ReturnType<typeof serve>): void {
   if ('httpAllowHalfOpen' in server) (server as { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true
 }
 
-/** Where the console is: its own loopback listener, and the API's `/console` with a token. */
 /** A URL for the banner: as given, unless it carries credentials or query values, which stdout must not show. */
 function shownUrl(url: string): string {
   const parsed = URL.canParse(url) ? new URL(url) : undefined
   return parsed === undefined || parsed.username || parsed.password || parsed.search ? redactUrl(url) : url
 }
 
+/** Where the console is: its own loopback listener, and the API's `/console` with a token. */
 function consoleLine(config: Readonly<ServiceConfig>, url: string, listener: string | undefined): string {
   const onApi = config.consoleToken === undefined ? undefined : `${url}/console (CONSOLE_TOKEN required)`
   if (listener === undefined) return `console: ${onApi ?? 'off (CONSOLE_PORT=off, no CONSOLE_TOKEN)'}`
