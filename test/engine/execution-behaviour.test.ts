@@ -139,6 +139,27 @@ describe('what a claim someone may have acted on keeps (Invariant 11)', () => {
     expect(old.state).toBe('running')
   })
 
+  it('a take-over counts as acted on even from a store that hands the claim back unmarked', async () => {
+    // The PostgreSQL store sets `interrupted` in the take-over itself; a store of someone else's
+    // that forgets to must not turn the taker's release into a delete (execution.ts, the
+    // `how === 'take-over'` half of Invariant 11's test).
+    const old = owned(await engineOn(db, { staleAfterMs: 60_000 }).engine.begin(input('take-over-unmarked')))
+    await ageClaim(db, 'u1', 'take-over-unmarked')
+    const engine = engineWith((store) => ({
+      takeOver: async (seen, take) => {
+        const taken = await store.takeOver(seen, take)
+        return taken && { ...taken, interrupted: false }
+      },
+    }))
+    const taker = owned(await engine.begin(input('take-over-unmarked')))
+    expect(taker.how).toBe('take-over')
+    expect(taker.sideEffectsPossible).toBe(true)
+    await taker.release()
+    expect(taker.state).toBe('suspended')
+    expect(await row('take-over-unmarked')).toMatchObject({ status: 'in_progress', fence_token: null })
+    expect(old.state).toBe('running')
+  })
+
   it('a step whose function threw may have acted: release suspends the claim', async () => {
     const execution = owned(await engineOn(db).engine.begin(input('step-threw')))
     const declined = new Error('the provider timed out after charging')
@@ -378,5 +399,42 @@ describe('the end events', () => {
     }
     expect(events).toHaveLength(1)
     expect(events[0]).not.toHaveProperty('code')
+  })
+
+  it('a renewal refused while the completion is in flight is the completion landing, not a lost claim', async () => {
+    // The completion commits, then its answer waits while the lease ticks: every renewal now
+    // finds the row completed and is refused. That refusal must not end the execution as lost.
+    let renewalsAfterCommit = 0
+    let committed = false
+    const engine = engineWith(
+      (store) => ({
+        renewLease: async (fence, ttlMs) => {
+          const renewed = await store.renewLease(fence, ttlMs)
+          if (committed && !renewed) renewalsAfterCommit++
+          return renewed
+        },
+        complete: async (fence, completion) => {
+          const done = await store.complete(fence, completion)
+          committed = true
+          const until = Date.now() + 2_000
+          while (renewalsAfterCommit < 2 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 10))
+          return done
+        },
+      }),
+      { staleAfterMs: 60_000, leaseRenewMs: 10 },
+    )
+    const lost: EngineEvent[] = []
+    const listener = (message: unknown) => lost.push(message as EngineEvent)
+    subscribe(engineChannelName('lock-lost'), listener)
+    try {
+      const execution = owned(await engine.begin(input('refused-while-completing')))
+      await execution.complete(jsonResponse(201, '{}'))
+      expect(lost).toEqual([])
+      expect(execution.state).toBe('completed')
+    } finally {
+      unsubscribe(engineChannelName('lock-lost'), listener)
+    }
+    // The lease kept ticking through the wait: the refusals happened, and were let be.
+    expect(renewalsAfterCommit).toBeGreaterThanOrEqual(2)
   })
 })
