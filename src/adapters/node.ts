@@ -2,10 +2,12 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { invalid, positiveInteger } from '../option-validation.js'
 import { problem, PROBLEM_TYPES } from './answers.js'
 import { isJsonContentType } from './body.js'
+import { discardRequestBody } from './discard-body.js'
 import { captureServerResponse, sendAnswer, setKeyTtl } from './capture-server-response.js'
 import { beginGuarded, responseClosed, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
+export { discardRequestBody, type DiscardLimits } from './discard-body.js'
 export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
 
 /** A matched route: its pattern and path parameters. */
@@ -60,11 +62,14 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
   const routeOf = options.route ?? ((req: IncomingMessage): RouteMatch => ({ pattern: new URL(req.url ?? '/', 'http://localhost').pathname }))
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const rawBody = await readBody(req, maxBodyBytes)
-    if (rawBody === undefined) {
+    const read = await readBody(req, maxBodyBytes)
+    if (read.kind === 'too-large') {
       const detail = `the request body exceeds ${maxBodyBytes} bytes`
-      return sendAnswer(res, problem({ status: 413, type: PROBLEM_TYPES.bodyTooLarge, title: 'Body too large', detail, retryable: false, advice: BEFORE_ANY_CLAIM, headers: [['connection', 'close']] }))
+      // A body left unread (too long, or too slow, to drain) leaves the connection unusable.
+      const headers: Array<[string, string]> = read.drained ? [] : [['connection', 'close']]
+      return sendAnswer(res, problem({ status: 413, type: PROBLEM_TYPES.bodyTooLarge, title: 'Body too large', detail, retryable: false, advice: BEFORE_ANY_CLAIM, headers }))
     }
+    const rawBody = read.bytes
     const body = parseBody(req, rawBody)
     if (body instanceof SyntaxError) return sendAnswer(res, problem({ status: 400, type: PROBLEM_TYPES.invalidJson, title: 'Invalid JSON', detail: body.message, retryable: false, advice: BEFORE_ANY_CLAIM }))
     const url = new URL(req.url ?? '/', 'http://localhost')
@@ -107,20 +112,24 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
 }
 
 /** Reads the body; `undefined` when it is longer than `limit` (the rest is drained unread). */
-function readBody(req: IncomingMessage, limit: number): Promise<Buffer | undefined> {
+/** The body read whole, or refused for its size: `drained` when the rest was read and dropped. */
+type ReadBody = { kind: 'read'; bytes: Buffer } | { kind: 'too-large'; drained: boolean }
+
+function readBody(req: IncomingMessage, limit: number): Promise<ReadBody> {
+  // A declared length past the limit is refused before a byte is buffered.
+  if (Number(req.headers['content-length']) > limit) return discardRequestBody(req).then((drained) => ({ kind: 'too-large', drained }))
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = []
     let length = 0
     const onData = (chunk: Buffer) => {
       length += chunk.length
       if (length <= limit) return void chunks.push(chunk)
-      req.off('data', onData)
-      req.resume()
-      resolve(undefined)
+      req.off('data', onData).off('end', onEnd)
+      chunks.length = 0
+      void discardRequestBody(req).then((drained) => resolve({ kind: 'too-large', drained }))
     }
-    req.on('data', onData)
-    req.once('end', () => resolve(Buffer.concat(chunks)))
-    req.once('error', reject)
+    const onEnd = () => resolve({ kind: 'read', bytes: Buffer.concat(chunks) })
+    req.on('data', onData).once('end', onEnd).once('error', reject)
   })
 }
 

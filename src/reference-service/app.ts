@@ -61,10 +61,10 @@ export function createServiceApp(deps: ServiceDeps): Hono<ServiceEnv> {
     await next()
   })
 
-  const limit = bodyLimitByLength<ServiceEnv>(MAX_BODY_BYTES, () => {
+  const limit = bodyLimitByLength<ServiceEnv>(MAX_BODY_BYTES, (_c, drained) => {
     deps.metrics.onOutcome({ outcome: 'invalid', status: 413, durationMs: 0 })
-    // The rest of the body is left unread, so the connection cannot carry another request.
-    return problem({ type: 'body-too-large', title: 'Payload Too Large', status: 413, detail: `the body is larger than ${MAX_BODY_BYTES} bytes`, ...REFUSED_BEFORE_ANY_CLAIM }, { connection: 'close' })
+    // A body left unread leaves the connection unable to carry another request.
+    return problem({ type: 'body-too-large', title: 'Payload Too Large', status: 413, detail: `the body is larger than ${MAX_BODY_BYTES} bytes`, ...REFUSED_BEFORE_ANY_CLAIM }, drained ? {} : { connection: 'close' })
   })
 
   const validate: MiddlewareHandler<ServiceEnv> = async (c, next) => {

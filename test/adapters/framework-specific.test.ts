@@ -9,6 +9,7 @@ import { Hono } from 'hono'
 import { createEngine, type Engine } from '../../src/engine/engine.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { sendOversizedBody } from '../helpers/oversized-body.js'
 
 let db: TestDatabase
 let engine: Engine<Queryable>
@@ -95,6 +96,14 @@ describe('node:http body reading', () => {
     expect(calls).toBe(0)
     const fixed = await send('{"amount":1}', 'k-bad')
     expect([fixed.status, await fixed.text()]).toEqual([201, '{"body":{"amount":1}}'])
+  })
+
+  it('reads a refused body to its end before the 413, so a client still sending reads it and the connection carries the next request', async () => {
+    const head = 'POST /v1/things HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nIdempotency-Key: k-huge\r\n'
+    const followUp = 'POST /v1/things HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nIdempotency-Key: k-after-huge\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}'
+    const before = calls
+    expect(await sendOversizedBody(port, head, 2 * 1024 * 1024, followUp)).toEqual({ statuses: [413, 201], writeError: undefined })
+    expect(calls).toBe(before + 1)
   })
 })
 

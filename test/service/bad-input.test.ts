@@ -1,5 +1,6 @@
 import { connect } from 'node:net'
 import { describe, expect, it } from 'vitest'
+import { sendOversizedBody } from '../helpers/oversized-body.js'
 import { providerCharges } from '../helpers/processes.js'
 import { charge, get, isProblem, newUser, post } from './support/api.js'
 import { useService } from './support/service-fixture.js'
@@ -52,6 +53,13 @@ describe('bad input', () => {
     const body = JSON.stringify({ amount: 1000, currency: 'usd', customer: 'x'.repeat(2 * 1024 * 1024) })
     const answer = await post(world.api, { user: newUser(), key: 'big-1', body })
     expect(isProblem(answer, 413)).toBe(true)
+  })
+
+  it('a 2 MB body sent without waiting: read to its end, so the 413 arrives and the connection carries the next request', async () => {
+    const { host, port } = new URL(world.api)
+    const head = `POST /v1/charges HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer demo_${newUser()}\r\nIdempotency-Key: big-raw\r\nContent-Type: application/json\r\n`
+    const followUp = `GET /healthz HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`
+    expect(await sendOversizedBody(Number(port), head, 2 * 1024 * 1024, followUp)).toEqual({ statuses: [413, 200], writeError: undefined })
   })
 
   it('a chunked body (no Content-Length) is read and counted by the body limit: 201 small, 413 past the limit', async () => {

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net'
 import type { Server } from 'node:http'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { countConstructions } from '../helpers/count-constructions.js'
+import { sendOversizedBody } from '../helpers/oversized-body.js'
 
 // Counts every web `Request` built in this module graph. `@hono/node-server` takes `Request`
 // from the global when it loads, so the counter goes in before it is imported.
@@ -17,7 +18,7 @@ let port: number
 
 beforeAll(async () => {
   const app = new Hono()
-  app.post('/echo', bodyLimitByLength(64, (c) => c.text('too large', 413)), async (c) => c.text(`read ${(await requestText(c)).length}`))
+  app.post('/echo', bodyLimitByLength(64, (c, drained) => c.text('too large', 413, drained ? {} : { connection: 'close' })), async (c) => c.text(`read ${(await requestText(c)).length}`))
   server = await new Promise<Server>((resolve) => {
     const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(s as Server))
   })
@@ -56,5 +57,11 @@ describe('the service body limit (issue 21)', () => {
   it('counts a chunked body as it arrives, as Hono’s own limit does', async () => {
     expect(await post('x'.repeat(64), 'chunked')).toEqual({ status: 200, text: 'read 64' })
     expect(await post('x'.repeat(200), 'chunked')).toEqual({ status: 413, text: 'too large' })
+  })
+
+  it('reads a refused body to its end before it answers: the 413 arrives and the connection carries the next request', async () => {
+    const head = 'POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n'
+    const followUp = 'POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok'
+    expect(await sendOversizedBody(port, head, 2 * 1024 * 1024, followUp)).toEqual({ statuses: [413, 200], writeError: undefined })
   })
 })
