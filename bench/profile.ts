@@ -5,6 +5,9 @@
  * asks to look at before changing the hot path. `--callers NAME` adds the call stacks (three
  * frames up) under which functions of that name spent their self time: who calls a hot native
  * such as `writev`. `--save FILE` keeps the `.cpuprofile` (for Chrome's DevTools, or another look).
+ * `--target express-minimal` profiles `oncely/express` alone instead: the peers' Express app
+ * (bench/baselines/express-app.ts) with the guard on `POST /v1/minimal`, which answers and does
+ * nothing else, so what is left is the guard's own cost per fresh key.
  */
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -12,7 +15,7 @@ import path from 'node:path'
 import { parseArgs } from 'node:util'
 import autocannon from 'autocannon'
 import { openBenchDatabase } from './database.js'
-import { startCli } from './processes.js'
+import { startCli, startProgram } from './processes.js'
 
 interface ProfileNode {
   id: number
@@ -26,26 +29,27 @@ interface Profile {
   timeDeltas: number[]
 }
 
-const { values } = parseArgs({ options: { strategy: { type: 'string', default: 'atomic-phases' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' }, callers: { type: 'string' }, save: { type: 'string' } } })
+const { values } = parseArgs({ options: { target: { type: 'string', default: 'service' }, strategy: { type: 'string', default: 'atomic-phases' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' }, callers: { type: 'string' }, save: { type: 'string' } } })
 const database = await openBenchDatabase()
 const directory = await mkdtemp(path.join(tmpdir(), 'oncely-profile-'))
 const provider = await startCli(['provider', '--port', '0', '--latency-ms', '0'])
 try {
-  const service = await startCli(
-    ['serve', '--port', '0', '--database-url', database.url, '--schema', 'bench_profile', '--provider-url', provider.url, '--strategy', values.strategy],
-    {},
-    ['--cpu-prof', `--cpu-prof-dir=${directory}`],
-  )
+  const profiled = ['--cpu-prof', `--cpu-prof-dir=${directory}`]
+  if (values.target !== 'service' && values.target !== 'express-minimal') throw new Error(`--target is service or express-minimal, not ${values.target}`)
+  const minimal = values.target === 'express-minimal'
+  const service = minimal
+    ? await startProgram(new URL('./baselines/express-app.ts', import.meta.url).pathname, ['--oncely', '--database-url', database.url, '--schema', 'bench_profile_minimal', '--provider-url', provider.url], {}, profiled)
+    : await startCli(['serve', '--port', '0', '--database-url', database.url, '--schema', 'bench_profile', '--provider-url', provider.url, '--strategy', values.strategy], {}, profiled)
   let n = 0
   const headers = (key: string) => ({ authorization: 'Bearer demo_7', 'content-type': 'application/json', 'idempotency-key': key })
   const result = await autocannon({
-    url: `${service.url}/v1/charges`,
+    url: `${service.url}/v1/${minimal ? 'minimal' : 'charges'}`,
     connections: 32,
     duration: Number(values.seconds),
     requests: [{ method: 'POST', body: '{"amount":1000,"currency":"usd","customer":"cus_bench"}', headers: headers(''), setupRequest: (request) => ({ ...request, headers: headers(`p-${n++}`) }) }],
   })
   await service.stop()
-  process.stdout.write(`${values.strategy}: ${(result.requests.total / result.duration).toFixed(0)} req/s, statuses ${JSON.stringify(result.statusCodeStats)}\n`)
+  process.stdout.write(`${minimal ? 'express-minimal' : values.strategy}: ${(result.requests.total / result.duration).toFixed(0)} req/s, statuses ${JSON.stringify(result.statusCodeStats)}\n`)
   const file = (await readdir(directory)).find((f) => f.endsWith('.cpuprofile'))
   if (!file) throw new Error('the service wrote no profile')
   const text = await readFile(path.join(directory, file), 'utf8')

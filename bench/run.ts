@@ -75,7 +75,7 @@ try {
   const machine = describeMachine(database)
   process.stdout.write(`oncely bench: ${JSON.stringify(machine)}\n\n${NOTE}\n`)
   if (only.includes('library')) {
-    print(`library level: ${connections} concurrent loops on one pool of ${connections}, ${rounds} interleaved runs of ${seconds} s`, await libraryBench(database.url, { concurrency: connections, seconds, rounds: Math.max(3, Math.ceil(rounds / 2)) }), ['baseline runs'])
+    print(`library level: ${connections} concurrent loops on one pool of ${connections}, ${rounds} interleaved runs of ${seconds} s`, await libraryBench(database.url, { concurrency: connections, seconds, rounds: Math.max(3, Math.ceil(rounds / 2)) }), ['baseline runs', 'CPU-ms/op', 'baseline CPU-ms/op'])
   }
   if (only.includes('round-trips')) {
     print(`round trips per outcome (${iterations} sequential iterations)`, await roundTripBench(database.url, { iterations }), ['statements', 'round trips', 'budget', 'within budget', 'sequence'])
