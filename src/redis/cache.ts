@@ -56,7 +56,7 @@ export interface InFlightSnapshot {
  * ```ts
  * import { Redis } from 'ioredis'
  * import { createRedisCache } from 'oncely/redis'
- * const cache = createRedisCache({ redis: new Redis({ enableOfflineQueue: false, maxRetriesPerRequest: 0 }), secret: process.env.ONCELY_CACHE_SECRET ?? '' })
+ * const cache = createRedisCache({ redis: new Redis({ enableOfflineQueue: false, maxRetriesPerRequest: 0, enableAutoPipelining: true }), secret: process.env.ONCELY_CACHE_SECRET ?? '' })
  * ```
  */
 export function createRedisCache(options: RedisCacheOptions): RedisCache {

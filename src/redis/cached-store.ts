@@ -40,7 +40,7 @@ const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
  * import { createPostgresStore } from 'oncely/postgres'
  * import { createRedisCache, withRedisCache } from 'oncely/redis'
  * declare const pool: import('pg').Pool
- * const cache = createRedisCache({ redis: new Redis({ enableOfflineQueue: false, maxRetriesPerRequest: 0 }), secret: process.env.ONCELY_CACHE_SECRET ?? '', staleAfterMs: 30_000 })
+ * const cache = createRedisCache({ redis: new Redis({ enableOfflineQueue: false, maxRetriesPerRequest: 0, enableAutoPipelining: true }), secret: process.env.ONCELY_CACHE_SECRET ?? '', staleAfterMs: 30_000 })
  * const engine = createEngine({ store: withRedisCache(createPostgresStore({ pool }), cache), staleAfterMs: 30_000 })
  * ```
  */

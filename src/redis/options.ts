@@ -12,7 +12,7 @@ export interface RedisLike {
 
 export interface RedisCacheOptions {
   /**
-   * The Redis client, such as `new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0 })`
+   * The Redis client, such as `new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, enableAutoPipelining: true })`
    * from `ioredis`: without an offline queue, a command to a Redis that is away fails at once and
    * the request falls through to PostgreSQL. (Default: none; required)
    */

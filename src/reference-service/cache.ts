@@ -16,7 +16,9 @@ export async function storeWithCache(
 ): Promise<{ store: PostgresStore; cache?: EvictableCache; close(): Promise<void> }> {
   if (config.redisUrl === undefined) return { store, close: async () => {} }
   const { Redis } = await import('ioredis')
-  const redis = new Redis(config.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: (attempt) => Math.min(attempt * 100, 2000) })
+  // Auto-pipelining sends the commands of one event-loop turn in one write: a replay's GET and
+  // PTTL, and those of concurrent requests, instead of a socket write per command (issue 21).
+  const redis = new Redis(config.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 0, enableAutoPipelining: true, retryStrategy: (attempt) => Math.min(attempt * 100, 2000) })
   let lastLogged = 0
   const onError = (error: unknown) => {
     // One line per ten seconds at most: an outage must not flood the log or the hot path.

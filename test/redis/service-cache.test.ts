@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
@@ -63,6 +64,23 @@ describe.skipIf(!availability.run)('the reference service with REDIS_URL', () =>
     expect((await post(service.url, { user: id, key: 'c-1', body: charge('cus_cache', 999) })).status).toBe(422)
     expect(await admin.keys(pattern(id))).toHaveLength(1)
     expect(await providerCharges(provider.url, id)).toHaveLength(1)
+  })
+
+  it('a replay from the cache is two socket writes, its Redis read (GET and PTTL pipelined into one) and the answer (issue 21)', async () => {
+    const id = user()
+    const body = charge('cus_pipelined', 1300)
+    expect((await post(service.url, { user: id, key: 'pipelined', body })).status).toBe(201)
+    expect((await post(service.url, { user: id, key: 'pipelined', body })).headers.get('idempotent-replayed')).toBe('true')
+    // The process's write system calls (/proc/<pid>/io): to the client, Redis, PostgreSQL, logs.
+    const writes = async () => Number(/^syscw: (\d+)$/m.exec(await readFile(`/proc/${service.child.pid}/io`, 'utf8'))?.[1])
+    const replays = 100
+    const before = await writes()
+    for (let i = 0; i < replays; i++) expect((await post(service.url, { user: id, key: 'pipelined', body })).headers.get('idempotent-replayed')).toBe('true')
+    const perReplay = ((await writes()) - before) / replays
+    // Two commands written apart would make three; a replay from PostgreSQL, three as well
+    // (the Redis read, the query, the answer). The half leaves room for the relay's polls.
+    expect(perReplay, `${perReplay} writes per replay`).toBeLessThan(2.5)
+    expect(perReplay).toBeGreaterThanOrEqual(2)
   })
 
   it('a key released from the console is evicted: the next request runs as new, never a cached replay', async () => {
