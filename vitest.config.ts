@@ -16,7 +16,9 @@ export default defineConfig({
     // fault test holds its lock until every request is answered instead of for a fixed 5 s.
     maxWorkers: 3,
     testTimeout: 30_000,
-    hookTimeout: 60_000,
+    // A file's beforeAll may wait its turn for the server's connections (first come, first
+    // served: test/helpers/connection-budget.ts), behind files that run for 90 s and more.
+    hookTimeout: 180_000,
     teardownTimeout: 30_000,
   },
 })

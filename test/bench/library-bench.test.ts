@@ -13,7 +13,7 @@ let figures: Figure[]
 beforeAll(async () => {
   db = await createTestDatabase()
   figures = await libraryBench(db.url, { concurrency: 2, seconds: 0.2, rounds: 1, warmUpSeconds: 0.1, schema: `${db.schema}_library` })
-}, 60_000)
+}, 180_000)
 afterAll(async () => {
   await db.close()
 })

@@ -6,7 +6,7 @@ import { candidate, keyStoreContract } from './key-store-contract.js'
 let db: TestDatabase
 let tables = 0
 beforeAll(async () => {
-  db = await createTestDatabase({ max: 25 })
+  db = await createTestDatabase({ max: 25, connections: 75 })
   // Identifiers with a space, capitals and a quote must survive (docs/conventions.md, SQL).
   await db.pool.query('CREATE SCHEMA "Client Keys"')
 })

@@ -6,7 +6,8 @@ import { ageClaim, engineOn, jsonResponse, raceEngines } from '../helpers/engine
 
 let db: TestDatabase
 beforeAll(async () => {
-  db = await createTestDatabase()
+  // 50 engines on a connection each, beside the file's pool.
+  db = await createTestDatabase({ connections: 60 })
 })
 afterAll(async () => {
   await db.close()

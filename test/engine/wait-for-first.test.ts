@@ -14,7 +14,7 @@ import { redisForTests, testRedis } from '../redis/support/test-redis.js'
 
 let db: TestDatabase
 beforeAll(async () => {
-  db = await createTestDatabase()
+  db = await createTestDatabase({ connections: 30 })
 })
 afterAll(async () => {
   await db.close()

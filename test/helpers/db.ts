@@ -3,6 +3,7 @@ import pg from 'pg'
 import { inject } from 'vitest'
 import { migrate } from '../../src/store/postgres/migrate.js'
 import { trackOpenHandle } from '../setup/guard-open-handles.js'
+import { DEFAULT_FILE_CONNECTIONS, reserveConnections } from './connection-budget.js'
 
 export interface TestDatabase {
   /** Connection string of this file's own database. */
@@ -28,11 +29,32 @@ export function partitionTestDatabases(partitions: number): void {
   partitionsOfNewDatabases = partitions
 }
 
+export interface TestDatabaseOptions {
+  /** The size of `pool` (default 10). */
+  max?: number
+  /**
+   * The most connections the file holds on the server at once: its pools, the processes it
+   * starts and what they open (default 25). Reserved from the suite's budget before the
+   * database is made, waiting until they fit (test/helpers/connection-budget.ts).
+   */
+  connections?: number
+}
+
 /**
  * A fresh database cloned from the migrated template: each test file gets its own, so files run
  * in parallel without seeing each other's rows.
  */
-export async function createTestDatabase(options: { max?: number } = {}): Promise<TestDatabase> {
+export async function createTestDatabase(options: TestDatabaseOptions = {}): Promise<TestDatabase> {
+  const releaseConnections = await reserveConnections(options.connections ?? DEFAULT_FILE_CONNECTIONS)
+  try {
+    return await createReserved(options, releaseConnections)
+  } catch (error) {
+    await releaseConnections()
+    throw error
+  }
+}
+
+async function createReserved(options: TestDatabaseOptions, releaseConnections: () => Promise<void>): Promise<TestDatabase> {
   const adminUrl = inject('adminUrl')
   const template = inject('templateDatabase')
   const schema = inject('schema')
@@ -82,6 +104,7 @@ export async function createTestDatabase(options: { max?: number } = {}): Promis
       }
       await dropper.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
       await dropper.end()
+      await releaseConnections()
       untrack()
     },
   }

@@ -9,7 +9,7 @@ import { useService } from './support/service-fixture.js'
 // The reference service with ONCELY_ENCRYPTION_KEYS (issue 23): its stored responses and step
 // results are not in clear in PostgreSQL, and replays are the first answer, byte for byte.
 const keyA = randomBytes(32).toString('base64')
-const world = useService({ service: { env: { ONCELY_ENCRYPTION_KEYS: `A:${keyA}` } }, startTimeoutMs: 60_000 })
+const world = useService({ service: { env: { ONCELY_ENCRYPTION_KEYS: `A:${keyA}` } }, startTimeoutMs: 180_000 })
 
 describe('the reference service, encrypted at rest', () => {
   it('stores the charge encrypted and replays it verbatim', async () => {

@@ -17,7 +17,8 @@ let gate: Gate
 let apis: TestProcess[] = []
 
 beforeAll(async () => {
-  db = await createTestDatabase()
+  // Up to four services at once (the doomed one beside the three), a pool of 20 each.
+  db = await createTestDatabase({ connections: 90 })
   provider = await startProvider()
   // One provider behind one gate for every process, so each charge is counted once, whoever made it.
   gate = await startGate(provider.url)

@@ -5,6 +5,7 @@ import pg from 'pg'
 import type { TestProject } from 'vitest/node'
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded-postgres/start.js'
 import { migrate } from '../../src/store/postgres/migrate.js'
+import type { ConnectionBudget } from '../helpers/connection-budget.js'
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -15,6 +16,8 @@ declare module 'vitest' {
     /** The schema the suite runs under (`ONCELY_TEST_SCHEMA`, default `oncely`). */
     schema: string
     serverVersion: string
+    /** The table and limit of the suite's share of the server's connections (test/helpers/connection-budget.ts). */
+    connectionBudget: ConnectionBudget
   }
 }
 
@@ -43,6 +46,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const templatePool = new pg.Pool({ connectionString: withDatabase(adminUrl, templateDatabase), max: 2 })
   await migrate({ pool: templatePool, schema })
   await templatePool.end()
+  const connectionBudget = await createConnectionBudget(admin)
   await admin.end()
   process.stdout.write(`oncely tests: PostgreSQL ${serverVersion} (${embedded ? 'embedded' : 'DATABASE_URL'}), schema "${schema}"\n`)
 
@@ -50,6 +54,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   project.provide('templateDatabase', templateDatabase)
   project.provide('schema', schema)
   project.provide('serverVersion', serverVersion)
+  project.provide('connectionBudget', connectionBudget)
 
   return async () => {
     const cleanup = new pg.Client({ connectionString: adminUrl })
@@ -59,10 +64,24 @@ export default async function setup(project: TestProject): Promise<() => Promise
       [templateDatabase, `oncely_test_${process.pid}_%`],
     )
     for (const { datname } of rows) await cleanup.query(`DROP DATABASE IF EXISTS "${datname}" WITH (FORCE)`)
+    await cleanup.query(`DROP TABLE IF EXISTS ${connectionBudget.table}`)
     await cleanup.end()
     await embedded?.stop()
     if (dataRoot) await rm(dataRoot, { recursive: true, force: true })
   }
+}
+
+/**
+ * The reservations' table, in the admin database, and the budget: the server's `max_connections`
+ * (100 on a stock PostgreSQL 15, 300 on the embedded one) but for a margin for the connections
+ * that reserve nothing (the admin clients, the reservations' own, and the superuser slots).
+ */
+async function createConnectionBudget(admin: pg.Client): Promise<ConnectionBudget> {
+  const table = `oncely_test_connection_budget_${process.pid}`
+  await admin.query(`DROP TABLE IF EXISTS ${table}`)
+  await admin.query(`CREATE TABLE ${table} (id serial PRIMARY KEY, pid int NOT NULL, connections int NOT NULL, granted boolean NOT NULL DEFAULT false)`)
+  const maxConnections = Number((await admin.query<{ max_connections: string }>('SHOW max_connections')).rows[0]?.max_connections)
+  return { table, limit: maxConnections - 12 }
 }
 
 export function withDatabase(url: string, database: string): string {
