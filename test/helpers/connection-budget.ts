@@ -27,7 +27,7 @@ export const DEFAULT_FILE_CONNECTIONS = 25
 
 const POLL_MS = 100
 
-let held: { count: number; holder: pg.Client; connections: number } | undefined
+let held: { count: number; reservation: Reservation; connections: number } | undefined
 
 /**
  * Waits until `connections` fit in the suite's budget and reserves them; the function it
@@ -35,25 +35,58 @@ let held: { count: number; holder: pg.Client; connections: number } | undefined
  * database) share the first one's.
  */
 export async function reserveConnections(connections: number): Promise<() => Promise<void>> {
-  if (!Number.isInteger(connections) || connections < 1) throw new Error(`reserveConnections: a positive whole number of connections, not ${connections}`)
   if (held !== undefined) {
     held.count++
     if (connections > held.connections) process.stderr.write(`oncely tests: a nested reservation of ${connections} connections exceeds this process's ${held.connections}\n`)
     return release
   }
-  const budget = inject('connectionBudget')
-  const holder = new pg.Client({ connectionString: inject('adminUrl') })
+  const reservation = await reserve(inject('adminUrl'), inject('connectionBudget'), connections)
+  held = { count: 1, reservation, connections }
+  return release
+}
+
+async function release(): Promise<void> {
+  if (held === undefined || --held.count > 0) return
+  const { reservation } = held
+  held = undefined
+  await reservation.release()
+}
+
+export interface Reservation {
+  /** The holder's backend, which owns the reservation's row. */
+  readonly pid: number
+  release(): Promise<void>
+}
+
+/**
+ * One reservation of `connections` from `budget`, on a connection of its own to `adminUrl`,
+ * once it is granted (`granted`).
+ */
+export async function reserve(adminUrl: string, budget: ConnectionBudget, connections: number, pollMs = POLL_MS): Promise<Reservation> {
+  if (!Number.isInteger(connections) || connections < 1) throw new Error(`reserveConnections: a positive whole number of connections, not ${connections}`)
+  const holder = new pg.Client({ connectionString: adminUrl })
+  // A holder's lost connection only gives its reservation back (its row goes with its backend).
+  holder.on('error', () => undefined)
   await holder.connect()
   try {
-    const { rows } = await holder.query<{ id: number }>(`INSERT INTO ${budget.table} (pid, connections) VALUES (pg_backend_pid(), $1) RETURNING id`, [connections])
-    const id = rows[0]!.id
-    while (!(await granted(holder, budget, id))) await new Promise((resolve) => setTimeout(resolve, POLL_MS))
+    const { rows } = await holder.query<{ id: number; pid: number }>(
+      `INSERT INTO ${budget.table} (pid, connections) VALUES (pg_backend_pid(), $1) RETURNING id, pid`,
+      [connections],
+    )
+    const { id, pid } = rows[0]!
+    while (!(await granted(holder, budget, id))) await new Promise((resolve) => setTimeout(resolve, pollMs))
+    return {
+      pid,
+      async release() {
+        // Its backend's end drops the reservation (see `granted`); deleting it first frees it at once.
+        await holder.query(`DELETE FROM ${budget.table} WHERE id = $1`, [id])
+        await holder.end()
+      },
+    }
   } catch (error) {
     await holder.end()
     throw error
   }
-  held = { count: 1, holder, connections }
-  return release
 }
 
 /**
@@ -82,11 +115,8 @@ async function granted(holder: pg.Client, budget: ConnectionBudget, id: number):
   }
 }
 
-async function release(): Promise<void> {
-  if (held === undefined || --held.count > 0) return
-  const { holder } = held
-  held = undefined
-  // Its backend's end drops the reservation (see `granted`); deleting it first frees it at once.
-  await holder.query(`DELETE FROM ${inject('connectionBudget').table} WHERE pid = pg_backend_pid()`)
-  await holder.end()
+/** Makes a reservations' table (test/setup/global-setup.ts makes the suite's). */
+export async function createReservationsTable(admin: pg.Client, table: string): Promise<void> {
+  await admin.query(`DROP TABLE IF EXISTS ${table}`)
+  await admin.query(`CREATE TABLE ${table} (id serial PRIMARY KEY, pid int NOT NULL, connections int NOT NULL, granted boolean NOT NULL DEFAULT false)`)
 }

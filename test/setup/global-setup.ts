@@ -5,7 +5,7 @@ import pg from 'pg'
 import type { TestProject } from 'vitest/node'
 import { startEmbeddedPostgres, type EmbeddedDatabase } from '../../src/embedded-postgres/start.js'
 import { migrate } from '../../src/store/postgres/migrate.js'
-import type { ConnectionBudget } from '../helpers/connection-budget.js'
+import { createReservationsTable, type ConnectionBudget } from '../helpers/connection-budget.js'
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -78,8 +78,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
  */
 async function createConnectionBudget(admin: pg.Client): Promise<ConnectionBudget> {
   const table = `oncely_test_connection_budget_${process.pid}`
-  await admin.query(`DROP TABLE IF EXISTS ${table}`)
-  await admin.query(`CREATE TABLE ${table} (id serial PRIMARY KEY, pid int NOT NULL, connections int NOT NULL, granted boolean NOT NULL DEFAULT false)`)
+  await createReservationsTable(admin, table)
   const maxConnections = Number((await admin.query<{ max_connections: string }>('SHOW max_connections')).rows[0]?.max_connections)
   return { table, limit: maxConnections - 12 }
 }
