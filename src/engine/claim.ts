@@ -41,7 +41,7 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
   // attempt recognises the row as its own. Once it has ended without owning the key, nobody holds
   // this token, so nobody can have acted on a claim made with it (Invariant 11): it is let go in
   // the background (`letGoOrphan`), so a request answered 503 leaves no claim nobody owns.
-  let ended = false
+  let endedWithoutKey = false
   let unsure = false
   // Only a take-over can have landed on a claim someone may have acted on, which must be kept
   // (suspended), never deleted; a claim or a reclaim that landed made a fresh claim, to delete.
@@ -49,16 +49,17 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
   const fence = { scope: request.scope, key: request.key, fenceToken }
   const onLateInsert = () => {
     unsure = true
-    if (ended) void store.release(fence).catch(() => undefined)
+    if (endedWithoutKey) void store.release(fence).catch(() => undefined)
   }
   const leftUnsure = () => {
-    ended = true
+    endedWithoutKey = true
     if (unsure) letGoOrphan(fence, options, takeOverUnsure)
   }
   try {
     const outcome = await claimRounds()
+    // Owned: a late report of an earlier attempt's insert is this very claim, made with the same
+    // token, which the execution now holds; releasing it would let the key run twice.
     if (outcome.kind !== 'owned') leftUnsure()
-    ended = true
     return outcome
   } catch (error) {
     leftUnsure()

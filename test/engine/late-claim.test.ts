@@ -172,4 +172,137 @@ describe('a claim that lands after its attempt was given up on', () => {
     expect(releases).toBe(0)
     expect((await rowsOf(key))[0]?.status).toBe('completed')
   })
+
+  it('reported only after begin owned the key (the given-up answer arrives after the retry found the row): the claim is kept, the key runs once', async () => {
+    const key = 'late-report-after-owned'
+    let reportLate: (() => void) | undefined
+    const releases: Fence[] = []
+    let calls = 0
+    const engine = createEngine({
+      store: storeWith({
+        async claim(request) {
+          // The first attempt's insert commits but its answer is late; the retry finds the row,
+          // made with its own token, and owns the key. Only then does the late answer arrive.
+          if (calls++ === 0) {
+            await store.claim(request)
+            reportLate = request.onLateInsert
+            throw lost()
+          }
+          return store.claim(request)
+        },
+        async release(fence) {
+          releases.push(fence)
+          return store.release(fence)
+        },
+      }),
+    })
+    const decision = await engine.begin({ scope: 'u1', key, fingerprint })
+    if (decision.kind !== 'execute') throw new Error(decision.kind)
+    reportLate?.()
+    expect(releases).toEqual([])
+    // The claim is still held: a retry now is a conflict, not a second run.
+    expect((await createEngine({ store }).begin({ scope: 'u1', key, fingerprint })).kind).toBe('conflict')
+    await decision.execution.complete(jsonResponse(201, '{}'))
+    expect((await rowsOf(key))[0]?.status).toBe('completed')
+    expect(releases).toEqual([])
+  })
+
+  it('an attempt that failed with an error that is not transient, reported landed after begin threw: its claim is released', async () => {
+    const key = 'late-after-not-transient'
+    let reportLate: (() => void) | undefined
+    let token: string | undefined
+    const released = deferred<Fence>()
+    const engine = createEngine({
+      store: storeWith({
+        async claim(request) {
+          await store.claim(request)
+          token = request.fenceToken
+          reportLate = request.onLateInsert
+          throw new Error('not a database error: begin throws it at once')
+        },
+        async release(fence) {
+          const deleted = await store.release(fence)
+          released.resolve(fence)
+          return deleted
+        },
+      }),
+    })
+    await expect(engine.begin({ scope: 'u1', key, fingerprint })).rejects.toThrow(/not a database error/)
+    expect(await rowsOf(key)).toHaveLength(1)
+    reportLate?.()
+    expect((await released.promise).fenceToken).toBe(token)
+    expect(await rowsOf(key)).toEqual([])
+  })
+
+  it('reported landed while begin ran, whose attempt then found another claim (409, no transient error): its own token is let go', async () => {
+    const key = 'late-report-then-409'
+    const owner = await createEngine({ store }).begin({ scope: 'u1', key, fingerprint })
+    if (owner.kind !== 'execute') throw new Error(owner.kind)
+    let token: string | undefined
+    const released = deferred<Fence>()
+    const engine = createEngine({
+      store: storeWith({
+        async claim(request) {
+          token = request.fenceToken
+          request.onLateInsert?.()
+          return store.claim(request)
+        },
+        async release(fence) {
+          released.resolve(fence)
+          return store.release(fence)
+        },
+      }),
+    })
+    expect((await engine.begin({ scope: 'u1', key, fingerprint })).kind).toBe('conflict')
+    expect((await released.promise).fenceToken).toBe(token)
+    await owner.execution.complete(jsonResponse(201, '{}'))
+  })
+})
+
+describe('a begin that ends without the key, with no attempt in doubt', () => {
+  /** The real store, counting the calls that let a claim go or take one over. */
+  function countingStore() {
+    const calls = { release: 0, suspend: 0, takeOver: 0 }
+    return {
+      calls,
+      store: {
+        ...store,
+        async release(fence: Fence) {
+          calls.release++
+          return store.release(fence)
+        },
+        async suspend(fence: Fence) {
+          calls.suspend++
+          return store.suspend(fence)
+        },
+        takeOver(...args: Parameters<PostgresStore['takeOver']>) {
+          calls.takeOver++
+          return store.takeOver(...args)
+        },
+      },
+    }
+  }
+
+  it('a 409 on a live claim: no take-over is tried and nothing is let go', async () => {
+    const key = 'plain-409'
+    const owner = await createEngine({ store }).begin({ scope: 'u1', key, fingerprint })
+    if (owner.kind !== 'execute') throw new Error(owner.kind)
+    const { calls, store: counting } = countingStore()
+    expect((await createEngine({ store: counting }).begin({ scope: 'u1', key, fingerprint })).kind).toBe('conflict')
+    // A let-go starts at once (its first try is synchronous); none may start at all.
+    await new Promise((resolve) => setImmediate(resolve))
+    expect(calls).toEqual({ release: 0, suspend: 0, takeOver: 0 })
+    await owner.execution.complete(jsonResponse(201, '{}'))
+  })
+
+  it('a replay: nothing is let go', async () => {
+    const key = 'plain-replay'
+    const owner = await createEngine({ store }).begin({ scope: 'u1', key, fingerprint })
+    if (owner.kind !== 'execute') throw new Error(owner.kind)
+    await owner.execution.complete(jsonResponse(201, '{}'))
+    const { calls, store: counting } = countingStore()
+    expect((await createEngine({ store: counting }).begin({ scope: 'u1', key, fingerprint })).kind).toBe('replay')
+    await new Promise((resolve) => setImmediate(resolve))
+    expect(calls).toEqual({ release: 0, suspend: 0, takeOver: 0 })
+  })
 })
