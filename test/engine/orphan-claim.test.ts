@@ -121,3 +121,38 @@ describe('a claim statement that lands after its begin answered 503', () => {
     await retry.complete(jsonResponse(201, '{}'))
   })
 })
+
+describe('the let-go of a claim nobody owns, while the database refuses it', () => {
+  it('tries with a backoff doubling from 50 ms up to leaseRenewMs, and no try starts past staleAfterMs', async () => {
+    const staleAfterMs = 1200
+    const leaseRenewMs = 400
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const tries: number[] = []
+    const refusing: PostgresStore = {
+      ...store,
+      async claim(request) {
+        await store.claim(request)
+        throw Object.assign(new Error('the answer to the claim was lost'), { code: '57P01' })
+      },
+      // The database stays away for the let-go: every try fails, so it goes on until its window ends.
+      async release() {
+        tries.push(performance.now())
+        throw Object.assign(new Error('the database is away'), { code: '57P01' })
+      },
+    }
+    const engine = createEngine<Queryable>({ store: refusing, staleAfterMs, leaseRenewMs, claimRetryMs: 1 })
+    const error: unknown = await engine.begin(input('orphan-window')).catch((e: unknown) => e)
+    const endedAt = performance.now()
+    expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
+    // Past the window by two of the longest delays: a let-go that did not stop would still try.
+    await new Promise((resolve) => setTimeout(resolve, staleAfterMs + 2 * leaseRenewMs + 200))
+    // At 0, 50, 150, 350, 750 and 1150 ms, the next one (1550) past the window: six tries, fewer
+    // on a machine whose timers fire late, never more.
+    expect(tries.length).toBeGreaterThanOrEqual(2)
+    expect(tries.length).toBeLessThanOrEqual(6)
+    const gaps = tries.slice(1).map((at, i) => at - tries[i]!)
+    for (const [i, gap] of gaps.entries()) expect(gap, `gap ${i}`).toBeGreaterThanOrEqual(Math.min(50 * 2 ** i, leaseRenewMs) - 2)
+    // A try is only scheduled to start within the window; 200 ms of slack for a late timer.
+    for (const at of tries) expect(at - endedAt).toBeLessThan(staleAfterMs + 200)
+  })
+})
