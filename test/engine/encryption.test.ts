@@ -94,6 +94,26 @@ describe('encryption at rest', () => {
     await next.execution.complete(response)
   })
 
+  it('with encryption off, a claim holding one clear and one sealed step result is refused before the take-over as well', async () => {
+    const key = newKey()
+    // A step in clear (encryption was off), then one sealed after a take-over with encryption on.
+    const first = await engineWith(undefined).begin({ scope: 'u1', key, fingerprint: print })
+    if (first.kind !== 'execute') throw new Error(first.kind)
+    await first.execution.step('quote', () => ({ quote: 'q_clear' }))
+    await first.execution.suspend()
+    const second = await engineWith(onlyA).begin({ scope: 'u1', key, fingerprint: print })
+    if (second.kind !== 'execute') throw new Error(second.kind)
+    expect(second.execution.how).toBe('take-over')
+    await second.execution.step('charge', () => ({ providerCharge: 'pch_mixed' }))
+    await second.execution.suspend()
+    await expect(engineWith(undefined).begin({ scope: 'u1', key, fingerprint: print })).rejects.toThrow(/the step:charge of key .* is encrypted \(key id "A"\) and no encryption keys are configured/)
+    const next = await engineWith(onlyA).begin({ scope: 'u1', key, fingerprint: print })
+    if (next.kind !== 'execute') throw new Error(next.kind)
+    expect(await next.execution.step('quote', () => ({ quote: 'again' }))).toEqual({ quote: 'q_clear' })
+    expect(await next.execution.step('charge', () => ({ providerCharge: 'again' }))).toEqual({ providerCharge: 'pch_mixed' })
+    await next.execution.complete(response)
+  })
+
   it('after a rotation, rows under the old key still replay and new rows carry the new key id', async () => {
     const old = newKey()
     await completeWithStep(onlyA, old)
