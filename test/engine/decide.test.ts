@@ -66,6 +66,8 @@ describe('decide', () => {
   it('gives an honest Retry-After: about a second while the owner renews, the time to stale once it missed a renewal', () => {
     expect(decide(snapshot({ leaseAgeMs: 29_000 }), { fingerprint: 'fp' }, timing)).toEqual({ kind: 'conflict', retryAfterMs: 1000 })
     expect(decide(snapshot({ leaseAgeMs: 44_000 }), { fingerprint: 'fp' }, timing)).toEqual({ kind: 'conflict', retryAfterMs: 1000 })
+    // Exactly one and a half periods is still on schedule: the allowance includes its own end.
+    expect(decide(snapshot({ leaseAgeMs: 45_000 }), { fingerprint: 'fp' }, timing)).toEqual({ kind: 'conflict', retryAfterMs: 1000 })
     expect(decide(snapshot({ leaseAgeMs: 50_000 }), { fingerprint: 'fp' }, timing)).toEqual({ kind: 'conflict', retryAfterMs: 40_000 })
     expect(decide(snapshot({ leaseAgeMs: 89_500 }), { fingerprint: 'fp' }, timing)).toEqual({ kind: 'conflict', retryAfterMs: 1000 })
   })
