@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { currentFingerprint, fingerprintRequest, fingerprintsMatch } from '../../src/index.js'
+import { createEngine, currentFingerprint, fingerprintRequest, fingerprintsMatch, type ClaimRequest } from '../../src/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
 
@@ -79,5 +79,16 @@ describe('a key stored before the upgrade (issue 8, path 7)', () => {
     await db.pool.query(`UPDATE ${keyTable(db)} SET fingerprint = $1 WHERE key = 'lazy'`, [fingerprintRequest(input).split(';')[1]?.slice(3)])
     expect([(await begin('lazy')).kind, asked]).toEqual(['replay', 1])
     expect((await begin('lazy', { amount: 4 })).kind).toBe('mismatch')
+  })
+
+  it("a store's claim is handed an earlierFingerprint only when the caller gave one, never a member set to undefined", async () => {
+    const { store } = engineOn(db)
+    const seen: ClaimRequest[] = []
+    const engine = createEngine({ store: { ...store, claim: (request: ClaimRequest) => (seen.push(request), store.claim(request)) } })
+    const request = { ...base, body: { amount: 5 } }
+    const plain = await engine.begin({ scope: 'u1', key: 'no-earlier', fingerprint: fingerprintRequest(request) })
+    const lazy = await engine.begin({ scope: 'u1', key: 'with-earlier', fingerprint: currentFingerprint(request), earlierFingerprint: () => fingerprintRequest(request) })
+    for (const decision of [plain, lazy]) if (decision.kind === 'execute') await decision.execution.release()
+    expect(seen.map((claim) => Object.hasOwn(claim, 'earlierFingerprint'))).toEqual([false, true])
   })
 })

@@ -73,6 +73,25 @@ describe('engine.begin with waitMs', () => {
     await first.release()
   })
 
+  it('without waitMs, or with 0, a 409 watches nothing either (no LISTEN subscription is made)', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    let watches = 0
+    const watching: IdempotencyStore<Queryable> = {
+      ...store,
+      watchClaim(claim, wake) {
+        watches++
+        return store.watchClaim!(claim, wake)
+      },
+    }
+    const waiter = createEngine({ store: watching, staleAfterMs: 30_000 })
+    expect((await waiter.begin({ scope: 'u1', key, fingerprint })).kind).toBe('conflict')
+    expect((await waiter.begin({ scope: 'u1', key, fingerprint }, { waitMs: 0 })).kind).toBe('conflict')
+    expect(watches).toBe(0)
+    await first.release()
+  })
+
   it('past the bound, answers 409 with the Retry-After judged on the claim as last read', async () => {
     const key = newKey()
     const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
@@ -150,9 +169,14 @@ describe('engine.begin with waitMs', () => {
     await first.release()
   })
 
-  it('refuses a waitMs that is not a number of milliseconds, naming it', async () => {
+  it('refuses a waitMs that is not a number of milliseconds, naming it and the rule', async () => {
     const { engine } = engineOn(db)
-    await expect(engine.begin({ scope: 'u1', key: newKey(), fingerprint }, { waitMs: -1 })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION', message: expect.stringContaining('waitMs') as unknown })
+    for (const waitMs of [-1, Number.NaN, Number.POSITIVE_INFINITY, '100' as unknown as number]) {
+      await expect(engine.begin({ scope: 'u1', key: newKey(), fingerprint }, { waitMs }), String(waitMs)).rejects.toMatchObject({
+        code: 'ONCELY_INVALID_OPTION',
+        message: expect.stringMatching(/waitMs.*must be a finite number of milliseconds, 0 or more/) as unknown,
+      })
+    }
   })
 
   it('20 duplicates at once on 20 connections: one executes, the 19 others wait and replay it', async () => {
