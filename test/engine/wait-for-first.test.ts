@@ -1,7 +1,9 @@
+import { getEventListeners } from 'node:events'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest, type Decision, type Engine, type IdempotencyStore } from '../../src/index.js'
 import { createRedisCache, withRedisCache } from '../../src/redis/index.js'
+import type { ClaimWatch } from '../../src/engine/store.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { deferred, latch } from '../helpers/deferred.js'
@@ -242,5 +244,124 @@ describe.skipIf(!redis.run)('engine.begin with waitMs behind the Redis cache', (
       await client.flush()
       await client.close()
     }
+  })
+})
+
+describe('waiting, in detail (mutation survivors of wait.ts)', () => {
+  /** The real store with its reads counted and no wake-up; `failNextRead` makes its next read fail. */
+  function pollingStore(store: IdempotencyStore<Queryable>) {
+    let reads = 0
+    let failNext: Error | undefined
+    const firstRead = deferred()
+    const firstAnswered = deferred()
+    const polling: IdempotencyStore<Queryable> = {
+      ...store,
+      async read(scope, key) {
+        reads++
+        firstRead.resolve()
+        if (failNext !== undefined) {
+          const error = failNext
+          failNext = undefined
+          throw error
+        }
+        const row = await store.read(scope, key)
+        firstAnswered.resolve()
+        return row
+      },
+    }
+    // No wake-up: the waiter polls.
+    Reflect.deleteProperty(polling, 'watchClaim')
+    return { store: polling, reads: () => reads, firstRead: firstRead.promise, firstAnswered: firstAnswered.promise, failNextRead: (error: Error) => (failNext = error) }
+  }
+
+  it("past the bound, a live claim's 409 carries the engine's conflictRetryAfterSeconds", async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const waiter = createEngine({ store: pollingStore(store).store, staleAfterMs: 30_000, conflictRetryAfterSeconds: 5 })
+    expect(await waiter.begin({ scope: 'u1', key, fingerprint }, { waitMs: 30 })).toEqual({ kind: 'conflict', retryAfterSeconds: 5 })
+    await first.release()
+  })
+
+  it('an abort ends the pause at once and nothing is read after it', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const polling = pollingStore(store)
+    // The pause after the first read is 2 to 4 s (it doubles from 2 s, with jitter on its upper
+    // half): an abort that did not end it would be answered only after it.
+    const waiter = createEngine({ store: polling.store, staleAfterMs: 30_000, waitFirstPollMs: 2_000, waitMaxPollMs: 5_000 })
+    const gone = new AbortController()
+    const waiting = waiter.begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000, signal: gone.signal })
+    await polling.firstAnswered
+    // The waiter goes on to its next pause within the same turn of the event loop.
+    await new Promise((resolve) => setImmediate(resolve))
+    const abortedAt = performance.now()
+    gone.abort()
+    expect(await waiting).toEqual({ kind: 'conflict', retryAfterSeconds: 1 })
+    expect(performance.now() - abortedAt).toBeLessThan(1_000)
+    expect(polling.reads()).toBe(1)
+    await first.release()
+  })
+
+  it('each pause takes its abort listener away again', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const polling = pollingStore(store)
+    const waiter = createEngine({ store: polling.store, staleAfterMs: 30_000, waitFirstPollMs: 5, waitMaxPollMs: 10 })
+    const signal = new AbortController().signal
+    const waiting = waiter.begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000, signal })
+    while (polling.reads() < 4) await new Promise((resolve) => setTimeout(resolve, 5))
+    await first.complete(jsonResponse(201, '{}'))
+    expect((await waiting).kind).toBe('replay')
+    expect(getEventListeners(signal, 'abort')).toHaveLength(0)
+  })
+
+  it('a transient read error while waiting is read past; any other is thrown', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const polling = pollingStore(store)
+    const waiter = createEngine({ store: polling.store, staleAfterMs: 30_000, waitFirstPollMs: 5, waitMaxPollMs: 20 })
+    polling.failNextRead(Object.assign(new Error('the database blinked'), { code: '57P01' }))
+    const waiting = waiter.begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000 })
+    await polling.firstRead
+    while (polling.reads() < 2) await new Promise((resolve) => setTimeout(resolve, 5))
+    await first.complete(jsonResponse(201, '{"after":"blip"}'))
+    expect((await waiting).kind).toBe('replay')
+
+    const other = newKey()
+    const holder = owned(await engine.begin({ scope: 'u1', key: other, fingerprint }))
+    polling.failNextRead(new Error('not a database error'))
+    await expect(waiter.begin({ scope: 'u1', key: other, fingerprint }, { waitMs: 600_000 })).rejects.toThrow('not a database error')
+    await holder.release()
+  })
+
+  it('watches one claim once while it holds the key', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const watched: string[] = []
+    let reads = 0
+    const watching: IdempotencyStore<Queryable> = {
+      ...store,
+      watchClaim(claim, wake) {
+        watched.push(claim.claimId)
+        // A watch that is not live: the waiter polls, quickly here.
+        const inner: ClaimWatch = store.watchClaim!(claim, wake)
+        return { live: false, stop: () => inner.stop() }
+      },
+      async read(scope, k) {
+        reads++
+        return store.read(scope, k)
+      },
+    }
+    const waiter = createEngine({ store: watching, staleAfterMs: 30_000, waitFirstPollMs: 5, waitMaxPollMs: 10 })
+    const waiting = waiter.begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000 })
+    while (reads < 4) await new Promise((resolve) => setTimeout(resolve, 5))
+    await first.complete(jsonResponse(201, '{}'))
+    expect((await waiting).kind).toBe('replay')
+    expect(watched).toEqual([first.claimId])
   })
 })
