@@ -88,4 +88,25 @@ describe('engine.inspect', () => {
     await db.pool.query(`UPDATE ${keyTable(db)} SET expires_at = now() - interval '1 second' WHERE scope = 'u4' AND key = $1`, [key])
     expect(await inspect('u4', key)).toMatchObject({ state: 'failed', expired: true })
   })
+
+  it('calls only a running claim stale, and neither a running nor a suspended claim expired, however old', async () => {
+    const past = (key: string) =>
+      db.pool.query(`UPDATE ${keyTable(db)} SET locked_at = now() - interval '1 hour', expires_at = now() - interval '1 second' WHERE scope = 'u5' AND key = $1`, [key])
+    const doneKey = randomUUID()
+    const done = owned(await engine.begin({ scope: 'u5', key: doneKey, fingerprint }))
+    await done.complete(jsonResponse(201, '{}'))
+    await past(doneKey)
+    expect(await inspect('u5', doneKey)).toMatchObject({ state: 'completed', stale: false, expired: true })
+
+    const runningKey = randomUUID()
+    await storeClaim(createPostgresStore({ pool: db.pool, schema: db.schema }), { scope: 'u5', key: runningKey, fingerprint })
+    await past(runningKey)
+    expect(await inspect('u5', runningKey)).toMatchObject({ state: 'running', stale: true, expired: false })
+
+    const suspendedKey = randomUUID()
+    const suspended = owned(await engine.begin({ scope: 'u5', key: suspendedKey, fingerprint }))
+    await suspended.suspend()
+    await past(suspendedKey)
+    expect(await inspect('u5', suspendedKey)).toMatchObject({ state: 'suspended', stale: false, expired: false })
+  })
 })
