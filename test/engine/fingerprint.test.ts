@@ -20,6 +20,11 @@ describe('fingerprints never collide across body kinds (issue 8, path 7)', () =>
     expect(fp('hi', 'application/json')).toBe(fp('hi'))
   })
 
+  it('a parsed JSON value is hashed as JSON whatever media type came with it', () => {
+    expect(fp({ a: 1 }, 'text/plain')).toBe(fp({ a: 1 }))
+    expect(fp([1, 2], 'text/csv')).toBe(fp([1, 2]))
+  })
+
   it('the media type of a byte or text body matters, its parameters and case do not', () => {
     expect(fp(Buffer.from('x'), 'image/png')).not.toBe(fp(Buffer.from('x'), 'application/pdf'))
     expect(fp('x', 'text/csv')).not.toBe(fp('x', 'text/plain'))
