@@ -65,5 +65,14 @@ export function peerFigures(cells: readonly PeerCell[], connections: number): { 
   versus('service replay', REDIS_REPLAY, 1.0, '')
   versus('service + redis replay', REDIS_REPLAY, 1.5, '')
   versus('minimal + oncely fresh', 'minimal fresh', 0.5, '')
+  // Not targets: how far the service is from the same durable work written lean on this machine,
+  // and how far that floor itself is from plain Express (what a target against Express can reach here).
+  const against = (name: string, baseline: string) => {
+    if (of(name).length === 0 || of(baseline).length === 0) return
+    targets.push(figure({ section: 'issue 21 targets', name: `${name} ÷ ${baseline}`, unit: 'req/s', runs: of(name).map((r) => r.perSecond), baseline: { name: baseline, value: rate(baseline) } }, rate(name)))
+  }
+  against('lean durable fresh', 'express fresh')
+  against('service fresh', 'lean durable fresh')
+  against('service replay', 'lean durable replay')
   return { cells: all, targets }
 }

@@ -6,9 +6,11 @@ import { peerFigures, type PeerCell } from './peers-report.js'
 import type { Figure } from './report.js'
 
 const EXPRESS_APP = fileURLToPath(new URL('./baselines/express-app.ts', import.meta.url))
+const LEAN_APP = fileURLToPath(new URL('./baselines/lean-durable.ts', import.meta.url))
 // Schemas of the run's own (in a database of its own): its Redis entries are deleted by namespace.
 const SERVICE_SCHEMA = `bench_peers_${process.pid}`
 const EXPRESS_SCHEMA = `bench_peers_express_${process.pid}`
+const LEAN_SCHEMA = `bench_peers_lean_${process.pid}`
 const PEER_PREFIX = `bench-peer-${process.pid}`
 
 export type Cell = 'fresh' | 'replay' | 'conflict' | 'mismatch'
@@ -44,7 +46,8 @@ export interface PeersResult {
  * The peers' shape (issue 21): the reference service (atomic-phases, with the Redis cache, and
  * `IDEMPOTENCY_STRATEGY=none`), the same charge route on plain Express 5 with no idempotency and
  * behind `oncely/express`, the same route behind a Redis library (`@node-idempotency/core`, when
- * a Redis answers), and a minimal route with and without the guard; each cell (fresh,
+ * a Redis answers), the same durable work written lean by hand (bench/baselines/lean-durable.ts:
+ * what it costs on this machine without a library), and a minimal route with and without the guard; each cell (fresh,
  * replay, 409, 422) of every target interleaved with the others, round by round, so drift in
  * the machine's load falls on all alike. CPU and write syscalls are the target process's own,
  * from /proc; PostgreSQL's CPU is its backends' for the run's database.
@@ -85,7 +88,7 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
     const express = (providerUrl: string, guard: Guard, timeoutMs = 10_000) =>
       start(startProgram(EXPRESS_APP, ['--port', '0', '--provider-url', providerUrl, '--provider-timeout-ms', String(timeoutMs), ...guards[guard]]))
     // All at once: migrations that share a schema wait for each other under its lock.
-    const [service, none, serviceHolder, redis, peer, plain, guarded, guardedHolder] = await Promise.all([
+    const [service, none, serviceHolder, redis, peer, plain, guarded, guardedHolder, lean] = await Promise.all([
       serve('atomic-phases', provider.url),
       serve('none', provider.url),
       // Its provider never answers (and it waits as long): its claims stay in flight.
@@ -95,6 +98,7 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
       express(provider.url, 'none'),
       express(provider.url, 'oncely'),
       express(holdingProvider.url, 'oncely', HOLD_MS),
+      start(startProgram(LEAN_APP, ['--port', '0', '--provider-url', provider.url, '--database-url', databaseUrl, '--schema', LEAN_SCHEMA])),
     ])
     if (!redis) notes.push('no Redis (--redis-url, REDIS_URL or redis://127.0.0.1:6379 did not answer): the Redis cells, the Redis peer and the replay targets are left out')
 
@@ -107,6 +111,7 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
       ...(redis ? [{ name: 'service + redis', process: redis, path: '/v1/charges', cells: all, holder: serviceHolds }] : []),
       { name: 'express + oncely', process: guarded, path: '/v1/charges', cells: all, holder: { url: `${guardedHolder.url}/v1/charges`, schema: EXPRESS_SCHEMA } },
       ...(peer ? [{ name: 'redis peer', process: peer, path: '/v1/charges', cells: ['fresh', 'replay'] as const }] : []),
+      { name: 'lean durable', process: lean, path: '/v1/charges', cells: ['fresh', 'replay', 'mismatch'] },
       { name: 'minimal', process: plain, path: '/v1/minimal', cells: ['fresh'] },
       { name: 'minimal + oncely', process: guarded, path: '/v1/minimal', cells: ['fresh'] },
     ]
