@@ -148,13 +148,26 @@ export async function transaction<T>(
 ): Promise<T> {
   return onConnection(pool, timeoutMs, async (connection) => {
     const tx = timeoutMs === undefined ? connection.client : connection.tx
+    // On a pipelining connection BEGIN is not awaited: corked, it leaves in one write with the
+    // statements `work` sends before its first await, not in a write of its own (issue 21).
+    const socket = isPipelining(connection.client) ? socketOf(connection.client) : undefined
+    socket?.cork()
+    let corked = socket !== undefined
+    const uncork = () => {
+      if (corked) socket?.uncork()
+      corked = false
+    }
     try {
       const sent = await sendBegin(tx, { text: begin }, connection.client)
-      const result = await asOpenTransaction(tx, () => work(tx))
+      const working = asOpenTransaction(tx, () => work(tx))
+      uncork()
+      const result = await working
       await sent.answered
       await tx.query({ text: 'COMMIT' })
       return result
     } catch (error) {
+      // A corked ROLLBACK would never leave.
+      uncork()
       if (connection.broken === undefined) {
         try {
           await tx.query({ text: 'ROLLBACK' })
