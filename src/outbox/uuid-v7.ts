@@ -1,7 +1,25 @@
-import { randomBytes } from 'node:crypto'
+import { randomFillSync } from 'node:crypto'
 
 let lastMs = -1
 let counter = 0
+
+/**
+ * Random bytes drawn from the system in batches (as `crypto.randomUUID` does with its own
+ * cache): one fill serves 256 ids, where a `randomBytes(16)` per id cost an allocation and a
+ * call into the crypto library each (issue 21).
+ */
+const entropy = Buffer.alloc(4096)
+let entropyAt = entropy.length
+
+function randomSlice(length: number): Buffer {
+  if (entropyAt + length > entropy.length) {
+    randomFillSync(entropy)
+    entropyAt = 0
+  }
+  const slice = entropy.subarray(entropyAt, entropyAt + length)
+  entropyAt += length
+  return slice
+}
 
 /**
  * A UUIDv7 (RFC 9562 §5.7): 48 bits of Unix milliseconds, then random bits, minted here because
@@ -18,7 +36,7 @@ let counter = 0
 export function uuidv7(now: number = Date.now()): string {
   if (now > lastMs) {
     lastMs = now
-    counter = randomBytes(2).readUInt16BE() & 0x7ff
+    counter = randomSlice(2).readUInt16BE() & 0x7ff
   } else {
     counter++
     // 4096 ids in one millisecond: borrow the next millisecond rather than repeat an order.
@@ -27,7 +45,8 @@ export function uuidv7(now: number = Date.now()): string {
       counter = 0
     }
   }
-  const bytes = randomBytes(16)
+  // Written over in place: the slice is never handed out again.
+  const bytes = randomSlice(16)
   const ms = lastMs
   bytes[0] = Math.floor(ms / 2 ** 40) & 0xff
   bytes[1] = Math.floor(ms / 2 ** 32) & 0xff
