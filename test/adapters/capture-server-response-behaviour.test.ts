@@ -6,8 +6,10 @@ import { captureServerResponse } from '../../src/adapters/capture-server-respons
 import { withIdempotency } from '../../src/adapters/node.js'
 import { createEngine, type Engine } from '../../src/index.js'
 import type { LogFields } from '../../src/logger.js'
+import type { CapturedResponse } from '../../src/adapters/request-context.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { deferred } from '../helpers/deferred.js'
 
 // How a held node:http response (Express's and Nest's too) reaches the wire: the headers
 // writeHead is given, what a replacement answer keeps, repeated headers, a second answer.
@@ -169,4 +171,46 @@ describe('captureServerResponse', () => {
       expect(warnings).toEqual([{ fields: { route: 'POST /v1/charges' }, message: 'oncely: the handler answered twice; only its first answer is sent and stored' }])
     })
   })
+
+  it('a throw after the handler ended its stream changes nothing: the end still goes out once its outcome is recorded', async () => {
+    const settled: CapturedResponse[] = []
+    // The record takes a moment, as a database write does: the throw comes while it is under way.
+    const settle = (captured: CapturedResponse) => new Promise<null>((resolve) => setTimeout(() => resolve((settled.push(captured), null)), 20))
+    const listener: RequestListener = (_req, res) => {
+      const thrown = captureServerResponse(res, { settle, maxStoredBodyBytes: 100 }, { info: () => {}, warn: () => {}, error: () => {} })
+      res.writeHead(200, { 'content-type': 'text/plain' })
+      res.write('all ')
+      res.end('of it')
+      void thrown(new Error('thrown after the end'))
+    }
+    await serve(listener, async (url) => {
+      const response = await fetch(`${url}/v1/report`, { method: 'POST' })
+      expect(await response.text()).toBe('all of it')
+      expect(settled.map((captured) => captured.kind)).toEqual(['response'])
+    })
+  })
+
+  it('a throw mid-stream cuts it once: the end that answers the error next is not taken for a second answer', async () => {
+    const warnings: string[] = []
+    const settled: CapturedResponse[] = []
+    const closed = deferred()
+    const listener: RequestListener = (_req, res) => {
+      const thrown = captureServerResponse(res, { settle: async (captured) => (settled.push(captured), null) }, { info: () => {}, warn: (_fields, message) => void warnings.push(message), error: () => {} })
+      res.once('close', () => closed.resolve())
+      res.writeHead(200, { 'content-type': 'text/plain' })
+      res.write('half ')
+      void thrown(new Error('the handler broke')).then(() => {
+        // As Nest's exception filter ends a response that has started.
+        res.end('of it')
+      })
+    }
+    await serve(listener, async (url) => {
+      const response = await fetch(`${url}/v1/report`, { method: 'POST' })
+      await expect(response.text()).rejects.toThrow()
+      await closed.promise
+      expect(settled).toEqual([{ kind: 'unstorable', status: 200, reason: 'the 200 response was cut after 5 bytes of its streamed body (the handler threw: the handler broke), so it was not stored' }])
+      expect(warnings).toEqual([])
+    })
+  })
 })
+

@@ -3,9 +3,9 @@ import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { GuardedExecution, resolveAdapterOptions, type AdapterOptions, type CapturedResponse, type HttpAnswer, type OutcomeEvent } from '../../src/adapters/http.js'
-import { createEngine, fingerprintRequest, type Engine, type EngineOptions, type Execution } from '../../src/index.js'
+import { createEngine, fingerprintRequest, type Engine, type EngineOptions, type Execution, type StoredResponse } from '../../src/index.js'
 import type { LogFields } from '../../src/logger.js'
-import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { createPostgresStore, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import type { Fence, StoreCompletion } from '../../src/engine/store.js'
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
@@ -175,6 +175,29 @@ describe('GuardedExecution: what a captured response is stored as', () => {
     expect(lines.join('\n')).toContain('this store cannot run')
   })
 
+  it('sends writeOnCompletion statements alone with the completion in one flight, with a stored success and with a stored failure', async () => {
+    const pool = countingPool(db.newPool(2, { pipeline: true }))
+    const flying = createEngine({ store: createPostgresStore({ pool, schema: db.schema }), staleAfterMs: 30_000 })
+    const { options } = adapter(flying)
+    for (const [status, stored] of [
+      [201, 'completed'],
+      [402, 'failed'],
+    ] as const) {
+      const execution = await claim(flying)
+      await execution.step('charge', async () => ({ id: 'ch' }))
+      const guard = new GuardedExecution(options, execution, performance.now(), ROUTE)
+      const id = `ch_flight_${status}_${execution.key}`
+      guard.context.writeOnCompletion({ text: 'INSERT INTO guarded_charges (id) VALUES ($1)', values: [id] })
+      pool.reset()
+      expect(await guard.settle(sent(status))).toBeNull()
+      // BEGIN, the fenced completion, the row and COMMIT left together: one round trip.
+      expect(pool.statements.filter((text) => text.startsWith('BEGIN'))).toHaveLength(1)
+      expect(pool.roundTrips()).toBe(1)
+      expect(await row(execution.key)).toMatchObject({ status: stored, response_status: status })
+      expect(await charges(id)).toBe(1)
+    }
+  })
+
   it('without writeOnCompletion work the completion is one statement, with it a transaction', async () => {
     const pool = countingPool(db.newPool(2))
     const counted = createEngine({ store: createPostgresStore({ pool, schema: db.schema }), staleAfterMs: 30_000 })
@@ -312,6 +335,26 @@ describe('GuardedExecution: what a captured response is stored as', () => {
   })
 })
 
+describe('GuardedExecution: a redact hook that fails', () => {
+  for (const [name, redact, why] of [
+    ['throws', () => { throw new Error('the redactor is broken') }, 'it threw: Error: the redactor is broken'],
+    ['changes the status', (response: StoredResponse) => ({ ...response, status: 200 }), 'it changed the status to 200'],
+    ['returns no response', () => undefined as unknown as StoredResponse, 'it returned no { status, headers, body } response'],
+    ['returns a body that is not bytes', (response: StoredResponse) => ({ ...response, body: 'masked' as unknown as Uint8Array }), 'it returned no { status, headers, body } response'],
+  ] as const) {
+    it(`${name}: the response is recorded as result-unavailable, and the warning and the problem say why`, async () => {
+      const { options, lines } = adapter(engine, { redact })
+      const execution = await claim()
+      expect(await new GuardedExecution(options, execution, performance.now(), ROUTE).settle(sent(201))).toBeNull()
+      const reason = `the redact hook failed on the 201 response (${why}), so it was not stored`
+      expect(lines).toEqual([{ level: 'warn', fields: expect.objectContaining({ code: 'ONCELY_RESPONSE_NOT_REPLAYABLE' }) as unknown, message: `oncely: ${reason}; a retry is answered 500 result-unavailable` }])
+      const replay = await engine.begin({ scope: 'u1', key: execution.key, fingerprint })
+      if (replay.kind !== 'replay') throw new Error(`expected a replay, got ${replay.kind}`)
+      expect((JSON.parse(Buffer.from(replay.response.body).toString('utf8')) as { detail: string }).detail).toBe(`this operation ran and ended with status 201, but its response cannot be replayed: ${reason}; it is not run again`)
+    })
+  }
+})
+
 describe('GuardedExecution: a completion that does not land', () => {
   it('a claim taken over while the handler ran: 409 telling the client to retry, its writes not committed', async () => {
     const { options, events } = adapter()
@@ -395,11 +438,43 @@ describe('GuardedExecution: a completion that does not land', () => {
       retryable: true,
     })
     expect(events.map((event) => [event.outcome, event.status])).toEqual([['failed', 503]])
+    // The claim is still held, by no one: a new key could run the operation twice.
+    expect(answer.body).toMatchObject({ retry_same_key: true, new_key_safe: false, operation_state: 'running' })
     expect(lines).toHaveLength(1)
     expect(lines[0]).toMatchObject({ level: 'error', fields: { ...guard.logFields, code: 'ONCELY_HANDLER_DEADLINE_EXCEEDED', instance: answer.body.instance } })
     expect(lines[0]!.message).toMatch(/^oncely: the outcome could not be stored: OncelyError: /)
     // Nothing was written: the claim waits to go stale, for a retry to take it over.
     expect(await row(execution.key)).toMatchObject({ status: 'in_progress' })
+  })
+
+  it('a completion that fails and lets the claim go: 503, retry with the same key; a new key is safe only when nothing ran, else the claim is suspended', async () => {
+    // A statement among functions on a store without runStatement: refused inside the completion,
+    // a failure the engine passes through as it is, so the adapter lets the claim go itself.
+    const sqlless: Partial<PostgresStore> = { ...createPostgresStore({ pool: db.pool, schema: db.schema }) }
+    delete sqlless.runStatement
+    const bare = createEngine<Queryable>({ store: sqlless as PostgresStore, staleAfterMs: 30_000 })
+    for (const stepFirst of [false, true]) {
+      const { options, lines } = adapter(bare)
+      const execution = await claim(bare)
+      if (stepFirst) await execution.step('charge', async () => ({ id: 'ch' }))
+      const guard = new GuardedExecution(options, execution, performance.now(), ROUTE)
+      guard.context.writeOnCompletion({ text: 'INSERT INTO guarded_charges (id) VALUES ($1)', values: [`ch_go_${execution.key}`] })
+      guard.context.writeOnCompletion(async () => undefined)
+      const answer = problemOf(await guard.settle(sent(201)))
+      expect(answer.status).toBe(503)
+      expect(answer.headers).toContainEqual(['retry-after', '1'])
+      expect(answer.body).toMatchObject({ type: 'https://oncely.dev/problems/outcome-not-recorded', retryable: true, retry_same_key: true })
+      if (stepFirst) {
+        expect(answer.body).toMatchObject({ new_key_safe: false, operation_state: 'suspended' })
+        expect(await row(execution.key)).toMatchObject({ status: 'in_progress', fence_token: null })
+      } else {
+        expect(answer.body).toMatchObject({ new_key_safe: true, operation_state: 'none' })
+        expect(await row(execution.key)).toBeUndefined()
+      }
+      expect(await charges(`ch_go_${execution.key}`)).toBe(0)
+      expect(lines.map((line) => line.level)).toEqual(['error'])
+      expect(lines[0]!.message).toMatch(/^oncely: the outcome could not be stored: .*this store cannot run/)
+    }
   })
 
   it('the database away: a completion gets 503 store unavailable; a release that cannot be written is a warning with its code', async () => {

@@ -76,6 +76,31 @@ describe('a class-based store behind the store decorators', () => {
     expect(store.calls).toBeGreaterThanOrEqual(4)
   })
 
+  it('lists the members of the store it decorates, each enumerable, its constructor and Object.prototype left out', () => {
+    const store = new ClassStore(createPostgresStore({ pool: db.pool, schema: db.schema }))
+    const decorated = createEngine<Queryable>({ store, encryption: { keys: { A: randomBytes(32) }, current: 'A' } }).options.store
+    const methods = Object.getOwnPropertyNames(ClassStore.prototype).filter((name) => name !== 'constructor')
+    expect(Object.keys(decorated).sort()).toEqual(['calls', ...methods].sort())
+    expect(Object.hasOwn(decorated, 'constructor')).toBe(false)
+    expect(Object.isFrozen(decorated)).toBe(true)
+  })
+
+  it('reads a member that is not a function from the store each time, never a copy', async () => {
+    const store = new ClassStore(createPostgresStore({ pool: db.pool, schema: db.schema }))
+    const decorated = createEngine<Queryable>({ store, encryption: { keys: { A: randomBytes(32) }, current: 'A' } }).options.store as ClassStore
+    expect(decorated.calls).toBe(0)
+    await runAndReplay(decorated, false)
+    expect(store.calls).toBeGreaterThanOrEqual(4)
+    expect(decorated.calls).toBe(store.calls)
+  })
+
+  it('decorates a store with no prototype at all', async () => {
+    const inner = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const bare: PostgresStore = Object.assign(Object.create(null) as object, inner)
+    const replay = await runAndReplay(bare, true)
+    expect(replay.body.toString()).toBe('{"id":"ch_class"}')
+  })
+
   it.skipIf(!redis.run)('keeps its methods and their `this` behind the Redis cache, and under both', async () => {
     const client = await testRedis()
     try {
