@@ -164,6 +164,59 @@ describe('a database that stops answering a transaction', () => {
     }
   })
 
+  it('a pipelining connection whose statement got no answer: the store gives up, sends no ROLLBACK behind it, and destroys the connection', async () => {
+    const pool = await proxiedPool({ pipeline: true })
+    const counted = countingPool(pool)
+    const store = createPostgresStore({ pool: counted, schema: db.schema, statementTimeoutMs: 300, lockTimeoutMs: 100 })
+    try {
+      const error = await rejection(
+        store.transaction(async (tx) => {
+          proxy.stall()
+          await tx.query({ text: 'SELECT 1' })
+        }),
+      )
+      expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
+      expect((error.cause as Error).message).toBe('Query read timeout')
+      // A pipelining connection would take the ROLLBACK at once, and it would wait behind the
+      // unanswered statement for a second timeout before the caller heard anything.
+      expect(counted.statements).toEqual(['BEGIN; SET', 'SELECT 1'])
+      expect(pool.totalCount).toBe(0)
+    } finally {
+      proxy.restore()
+      await pool.end()
+    }
+  })
+
+  it('a plain connection: a statement queued behind one that got no answer is never sent, and fails at once caused by that one’s failure', async () => {
+    const pool = await proxiedPool()
+    const counted = countingPool(pool)
+    const store = createPostgresStore({ pool: counted, schema: db.schema, statementTimeoutMs: 300, lockTimeoutMs: 100 })
+    let queued: PromiseSettledResult<unknown> | undefined
+    let first: PromiseSettledResult<unknown> | undefined
+    try {
+      const error = await rejection(
+        store.transaction(async (tx) => {
+          proxy.stall()
+          // Sent without awaiting the first: the second waits for its answer, which never comes.
+          ;[first, queued] = await Promise.allSettled([tx.query({ text: 'SELECT 1' }), tx.query({ text: 'SELECT 2' })])
+          throw (first as PromiseRejectedResult).reason
+        }),
+      )
+      expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
+      const firstError = (first as PromiseRejectedResult).reason as Error
+      expect(firstError.message).toBe('Query read timeout')
+      expect(queued?.status).toBe('rejected')
+      const queuedError = (queued as PromiseRejectedResult).reason as Error
+      expect(queuedError.message).toBe('not sent: the connection broke before it')
+      expect(queuedError.cause).toBe(firstError)
+      expect(counted.statements).toEqual(['BEGIN; SET', 'SELECT 1'])
+      expect(pool.totalCount).toBe(0)
+    } finally {
+      proxy.restore()
+      await pool.end()
+    }
+  })
+
   it('work that fails and a ROLLBACK that gets no answer: ONCELY_STORE_UNAVAILABLE caused by the work’s error, and the connection is destroyed, never reused mid-transaction', async () => {
     const pool = await proxiedPool()
     const store = createPostgresStore({ pool, schema: db.schema, statementTimeoutMs: 300, lockTimeoutMs: 100 })

@@ -55,6 +55,17 @@ describe('createPostgresStore', () => {
     expect(() => createPostgresStore({ pool: db.pool, statementTimeoutMs: 5000, lockTimeoutMs: 4999 })).not.toThrow()
   })
 
+  it('refuses a listen pool without query and connect, naming the option and never showing the pool', () => {
+    for (const listen of [{ query() {} }, { connect() {} }, 5]) {
+      expect(refusal({ pool: db.pool, listen })).toMatch(/^option listen must be a boolean, or a pool with query\(\) and connect\(\), like pg\.Pool; got /)
+    }
+  })
+
+  it('a pool given to listen on is used even when the store’s own pool has one connection: only its own pool would be left with none to read with', () => {
+    // The one-connection rule is for listening on the store's own pool (test/store/claim-watch.test.ts).
+    expect('watchClaim' in createPostgresStore({ pool: db.newPool(1), schema: db.schema, listen: db.newPool(2) })).toBe(true)
+  })
+
   it('lives in the schema oncely unless told', () => {
     expect(createPostgresStore({ pool: db.pool }).schema).toBe('oncely')
     expect(createPostgresStore({ pool: db.pool, schema: db.schema }).schema).toBe(db.schema)

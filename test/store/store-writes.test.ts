@@ -115,3 +115,27 @@ describe('a completion in one flight', () => {
     expect((await store.read(fence.scope, fence.key))?.status).toBe('in_progress')
   })
 })
+
+describe('a reclaim and a statement in the store’s transaction', () => {
+  it('an expired settled key reclaimed with a stale threshold records that threshold on the new claim', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const fence = await claimed(store, 'reclaim-threshold')
+    const outcome = { status: 'completed' as const, response: { status: 200, headers: [], body: Buffer.from('{}') } }
+    expect(await store.complete(fence, outcome)).toBe(true)
+    await db.pool.query(`UPDATE ${table()} SET expires_at = now() - interval '1 hour' WHERE scope = $1 AND key = $2`, [fence.scope, fence.key])
+    const seen = await store.read(fence.scope, fence.key)
+    if (seen === null) throw new Error('the row is gone')
+    const reclaimed = await store.reclaimExpired(seen, { fingerprint, ttlMs: 60_000, claimId: randomUUID(), fenceToken: randomUUID(), staleAfterMs: 45_000 })
+    expect(reclaimed).not.toBeNull()
+    // A take-over later waits for the greater of its own threshold and this one (issue 22).
+    expect((await store.read(fence.scope, fence.key))?.staleAfterMs).toBe(45_000)
+  })
+
+  it('runStatement sends a write on the transaction it is given, which commits with it', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    await db.pool.query('CREATE TABLE IF NOT EXISTS run_statement_writes (id text PRIMARY KEY)')
+    const id = randomUUID()
+    await store.transaction(async (tx) => store.runStatement!(tx, { text: 'INSERT INTO run_statement_writes (id) VALUES ($1)', values: [id] }))
+    expect((await db.pool.query('SELECT 1 FROM run_statement_writes WHERE id = $1', [id])).rowCount).toBe(1)
+  })
+})
