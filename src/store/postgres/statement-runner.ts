@@ -306,7 +306,8 @@ class WatchedConnection {
     }
     const client = this.client as unknown as { query(config: QueryConfig, callback: (error: unknown, result: QueryResult<R>) => void): void }
     try {
-      client.query(this.#withTimeout(config), (error, result) => (error === null || error === undefined ? done(undefined, result) : done(this.#failed(error) as Error)))
+      // node-postgres calls back with null on success and an Error on failure.
+      client.query(this.#withTimeout(config), (error, result) => (error ? done(this.#failed(error) as Error) : done(undefined, result)))
     } catch (error) {
       done(this.#failed(error) as Error)
     }

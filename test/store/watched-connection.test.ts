@@ -1,0 +1,67 @@
+import pg from 'pg'
+import { afterAll, beforeAll, expect, it } from 'vitest'
+import { flight, transaction } from '../../src/store/postgres/statement-runner.js'
+import type { PoolClientLike, PoolLike, QueryConfig, QueryResult } from '../../src/store/postgres/index.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+
+// The store's transactions run on any `pg`-shaped pool, not only pg's own (issue 24's mutation
+// rerun found both of these unpinned): a connection without a node-postgres socket underneath,
+// and a pool that does not watch the connections given back to it.
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await createTestDatabase()
+  await db.pool.query('CREATE TABLE entries (id text PRIMARY KEY)')
+})
+afterAll(async () => {
+  await db.close()
+})
+
+const insert = (id: string) => ({ text: 'INSERT INTO entries (id) VALUES ($1)', values: [id] })
+/** `queryable.query` typed as the store's port: pg's own result type, as the store reads it. */
+const forward = async <R>(queryable: pg.Pool | pg.PoolClient | pg.Client, config: QueryConfig): Promise<QueryResult<R>> => {
+  const result: QueryResult<unknown> = await queryable.query(config)
+  return result as QueryResult<R>
+}
+const present = async (id: string) => (await db.pool.query('SELECT 1 FROM entries WHERE id = $1', [id])).rowCount
+
+it('a connection with no socket to cork (a wrapper, another driver) runs a flight and a transaction as sent', async () => {
+  const inner = db.newPool(1)
+  // Only query and release: nothing of node-postgres's client shows through.
+  const wrapped: PoolLike = {
+    query: (config) => forward(inner, config),
+    connect: async () => {
+      const client = await inner.connect()
+      const connection: PoolClientLike = { query: (config) => forward(client, config), release: (destroy) => client.release(destroy) }
+      return connection
+    },
+  }
+  const results = await flight(wrapped, 'BEGIN', 5000, [insert('wrapped-flight'), { text: 'SELECT count(*)::int AS n FROM entries WHERE id = $1', values: ['wrapped-flight'] }])
+  expect(results.map((result) => result.rows)).toEqual([[], [{ n: 1 }]])
+  await transaction(wrapped, 'BEGIN', 5000, async (tx) => {
+    await tx.query(insert('wrapped-transaction'))
+  })
+  expect(await present('wrapped-transaction')).toBe(1)
+})
+
+it("a connection that broke, given back to a pool that does not watch it, keeps the store's error listener: its late error crashes nothing", async () => {
+  const client = new pg.Client({ connectionString: db.url })
+  await client.connect()
+  let released: boolean | Error | undefined
+  // A pool of one connection that neither destroys a broken connection nor listens to it.
+  const unwatched: PoolLike = {
+    query: (config) => forward(client, config),
+    connect: async () => Object.assign(client, { release: (destroy?: boolean | Error) => void (released = destroy) }),
+  }
+  const statementTimeoutMs = 200
+  await expect(transaction(unwatched, 'BEGIN', statementTimeoutMs, (tx) => tx.query({ text: 'SELECT pg_sleep(30)' }))).rejects.toMatchObject({ code: 'ONCELY_STORE_UNAVAILABLE' })
+  // Given back as broken, and still listened to.
+  expect(released).toBeInstanceOf(Error)
+  expect(client.listenerCount('error')).toBe(1)
+  const late = new Promise<Error>((resolve) => client.prependOnceListener('error', resolve))
+  await db.pool.query('SELECT pg_terminate_backend($1)', [(client as unknown as { processID: number }).processID])
+  // Its backend terminated: the connection reports an 'error' event ("Connection terminated
+  // unexpectedly"), which an EventEmitter without a listener would throw out of the process.
+  expect((await late).message).toMatch(/terminat/i)
+  expect(client.listenerCount('error')).toBe(1)
+})
