@@ -3,8 +3,9 @@ import { randomUUID } from 'node:crypto'
 import { createInterface } from 'node:readline'
 import { fileURLToPath } from 'node:url'
 import pg from 'pg'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createEngine, type Decision, type EngineOptions, type IdempotencyStore } from '../../src/index.js'
+import { LISTEN_LINGER_MS } from '../../src/store/postgres/claim-watcher.js'
 import { createPostgresStore, type PoolLike, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { deferred } from '../helpers/deferred.js'
@@ -232,5 +233,152 @@ describe('a waiting duplicate woken by LISTEN/NOTIFY', () => {
 
   it('refuses a listen option that is neither a boolean nor a pool, naming it', () => {
     expect(() => createPostgresStore({ pool: db.pool, listen: 'yes' as never })).toThrow(/listen/)
+  })
+})
+
+describe("the store's claim watcher (one LISTEN connection for its waiters)", () => {
+  /** A store's watch of a claim, called directly, with its wake-ups counted. */
+  function watchOf(store: PostgresStore, key: string, claimId: string) {
+    const woken = { count: 0 }
+    const watch = store.watchClaim?.({ scope: 'u1', key, claimId }, () => void woken.count++)
+    if (watch === undefined) throw new Error('the store does not watch claims')
+    return { watch, woken }
+  }
+
+  /** A pool for LISTEN whose connect waits on `gate()`, and which remembers the clients it gave. */
+  function gatedListenPool() {
+    const direct = db.newPool(2)
+    const state = { gate: deferred(), clients: [] as pg.PoolClient[] }
+    state.gate.resolve()
+    const pool: PoolLike = {
+      query: direct.query.bind(direct),
+      connect: async () => {
+        await state.gate.promise
+        const client = await direct.connect()
+        state.clients.push(client)
+        return client
+      },
+    }
+    return { pool, state }
+  }
+
+  const lockWaits = async () => (await db.pool.query<{ n: number }>("SELECT count(*)::integer AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")).rows[0]?.n ?? 0
+
+  it('a watch is live only once its claim is marked: not while the mark waits on the row, though the connection listens', async () => {
+    const store = createPostgresStore({ pool: db.newPool(3), schema: db.schema })
+    const key = randomUUID()
+    const first = owned(await ownerEngine().begin({ scope: 'u1', key, fingerprint }))
+    const holder = await db.pool.connect()
+    try {
+      await holder.query('BEGIN')
+      await holder.query(`SELECT 1 FROM ${keyTable(db)} WHERE key = $1 FOR UPDATE`, [key])
+      const { watch } = watchOf(store, key, first.claimId)
+      await until(async () => (await lockWaits()) === 1, 'the mark to wait on the row lock')
+      expect(store.listenConnections).toBe(1)
+      expect(watch.live).toBe(false)
+      await holder.query('ROLLBACK')
+      await until(() => awaited(key), 'the mark to land')
+      await until(() => watch.live, 'the watch to be live')
+      watch.stop()
+    } finally {
+      holder.release()
+    }
+    await first.complete(jsonResponse(201, '{}'))
+  })
+
+  it('of two duplicates watching one claim, the one still watching is woken by its end after the other stopped; the stopped one is not', async () => {
+    const store = createPostgresStore({ pool: db.newPool(3), schema: db.schema })
+    const key = randomUUID()
+    const first = owned(await ownerEngine().begin({ scope: 'u1', key, fingerprint }))
+    // One after the other: two marks at once may leave the second not live (awaitClaim's snapshot), and woken to read.
+    const gone = watchOf(store, key, first.claimId)
+    await until(() => gone.watch.live, 'the first watch to be live')
+    const staying = watchOf(store, key, first.claimId)
+    try {
+      await until(() => staying.watch.live, 'the second watch to be live')
+      gone.watch.stop()
+      await first.complete(jsonResponse(201, '{}'))
+      await until(() => staying.woken.count === 1, 'the remaining waiter to be woken', 5000)
+      expect(gone.woken.count).toBe(0)
+    } finally {
+      gone.watch.stop()
+      staying.watch.stop()
+    }
+  })
+
+  it('a waiter that stops (even twice) while another waits leaves the LISTEN connection up past the linger; the last one lets it go', async () => {
+    const store = createPostgresStore({ pool: db.newPool(3), schema: db.schema })
+    const owner = ownerEngine()
+    const [a, b] = [randomUUID(), randomUUID()]
+    const firstA = owned(await owner.begin({ scope: 'u1', key: a, fingerprint }))
+    const firstB = owned(await owner.begin({ scope: 'u1', key: b, fingerprint }))
+    const watchA = watchOf(store, a, firstA.claimId)
+    const watchB = watchOf(store, b, firstB.claimId)
+    try {
+      await until(() => watchA.watch.live && watchB.watch.live, 'both watches to be live')
+      watchA.watch.stop()
+      watchA.watch.stop()
+      // The linger is a timer: only its passing can show it was not started.
+      await new Promise((resolve) => setTimeout(resolve, LISTEN_LINGER_MS * 2))
+      expect(watchB.watch.live).toBe(true)
+      await firstB.complete(jsonResponse(201, '{}'))
+      await until(() => watchB.woken.count === 1, 'the waiter still watching to be woken', 5000)
+      expect(store.listenConnections).toBe(1)
+    } finally {
+      watchA.watch.stop()
+      watchB.watch.stop()
+    }
+    await until(async () => (await listeners()).length === 0, 'the LISTEN connection to be let go')
+    await firstA.complete(jsonResponse(201, '{}'))
+  })
+
+  it('a waiter that stops before the connection listens never marks its claim', async () => {
+    const { pool, state } = gatedListenPool()
+    const store = createPostgresStore({ pool: db.newPool(3), schema: db.schema, listen: pool })
+    const owner = ownerEngine()
+    const [a, b] = [randomUUID(), randomUUID()]
+    const firstA = owned(await owner.begin({ scope: 'u1', key: a, fingerprint }))
+    const firstB = owned(await owner.begin({ scope: 'u1', key: b, fingerprint }))
+    state.gate = deferred()
+    const stopped = watchOf(store, a, firstA.claimId)
+    stopped.watch.stop()
+    const watching = watchOf(store, b, firstB.claimId)
+    state.gate.resolve()
+    // The two wait for the same connection; the stopped one's turn comes first.
+    await until(() => watching.watch.live, 'the other watch to be live')
+    expect(await awaited(a)).toBe(false)
+    expect(stopped.woken.count).toBe(0)
+    watching.watch.stop()
+    await Promise.all([firstA.complete(jsonResponse(201, '{}')), firstB.complete(jsonResponse(201, '{}'))])
+  })
+
+  it('a lost LISTEN connection wakes every waiter to read at once and is logged as the store’s; the reconnect wakes them again', async () => {
+    const { pool, state } = gatedListenPool()
+    const store = createPostgresStore({ pool: db.newPool(3), schema: db.schema, listen: pool })
+    const owner = ownerEngine()
+    const [a, b] = [randomUUID(), randomUUID()]
+    const firstA = owned(await owner.begin({ scope: 'u1', key: a, fingerprint }))
+    const firstB = owned(await owner.begin({ scope: 'u1', key: b, fingerprint }))
+    const [watchA, watchB] = [watchOf(store, a, firstA.claimId), watchOf(store, b, firstB.claimId)]
+    await until(() => watchA.watch.live && watchB.watch.live, 'both watches to be live')
+    const warnings: string[] = []
+    const warn = vi.spyOn(console, 'warn').mockImplementation((line: string) => void warnings.push(line))
+    try {
+      state.gate = deferred()
+      await db.pool.query('SELECT pg_terminate_backend($1)', [(state.clients[0] as unknown as { processID: number }).processID])
+      await until(() => watchA.woken.count === 1 && watchB.woken.count === 1, 'the loss to wake both waiters')
+      expect(watchA.watch.live).toBe(false)
+      expect(warnings).toHaveLength(1)
+      expect(warnings[0]).toMatch(/^oncely store: the LISTEN connection was lost \(terminating connection due to administrator command\); reconnecting in \d+ ms, polling meanwhile$/)
+      // What ended while it was away was notified to nobody: the reconnect wakes both to read.
+      state.gate.resolve()
+      await until(() => store.listenConnections === 2, 'the LISTEN connection to be made again')
+      await until(() => watchA.woken.count === 2 && watchB.woken.count === 2, 'the reconnect to wake both waiters')
+    } finally {
+      warn.mockRestore()
+      watchA.watch.stop()
+      watchB.watch.stop()
+    }
+    await Promise.all([firstA.complete(jsonResponse(201, '{}')), firstB.complete(jsonResponse(201, '{}'))])
   })
 })

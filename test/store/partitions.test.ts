@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprintRequest } from '../../src/index.js'
-import { checkSchema, createPostgresStore, migrate } from '../../src/store/postgres/index.js'
-import { readKeyTableLayout } from '../../src/store/postgres/partitions.js'
+import { checkSchema, createPostgresStore, loadMigrations, migrate, migrationSql } from '../../src/store/postgres/index.js'
+import { partitionKeyTable, readKeyTableLayout } from '../../src/store/postgres/partitions.js'
 import { quoteSchema } from '../../src/store/postgres/schema-name.js'
 import { buildStatements } from '../../src/store/postgres/statements.js'
+import { CREATE_MIGRATIONS_TABLE, CREATE_SCHEMA, INSERT_APPLIED_MIGRATION } from '../../src/store/postgres/statements-migrate.js'
 import { DEFAULT_LOCK_TIMEOUT_MS } from '../../src/store/postgres/store.js'
 import { createTestDatabase, partitionTestDatabases, type TestDatabase } from '../helpers/db.js'
 import { keyTable, storeClaim } from '../helpers/engine.js'
@@ -66,6 +67,19 @@ describe('migrate({ partitions })', () => {
     expect(await layoutOf(plain)).toEqual({ kind: 'plain' })
   })
 
+  it('on a schema whose only migration is 001, with a plain key table: refused at that migration, and the later ones are not applied', async () => {
+    const schema = `${db.schema} only 001`
+    const quoted = quoteSchema(schema)
+    await db.pool.query(CREATE_SCHEMA(quoted))
+    await db.pool.query(CREATE_MIGRATIONS_TABLE(quoted))
+    const [first] = await loadMigrations(schema)
+    if (first === undefined) throw new Error('no migration shipped')
+    await db.pool.query(first.sql)
+    await db.pool.query({ text: INSERT_APPLIED_MIGRATION(quoted), values: [first.id, first.name, first.breaking] })
+    await expect(migrate({ pool: db.pool, schema, partitions: PARTITIONS })).rejects.toMatchObject({ code: 'ONCELY_MIGRATION_FAILED', message: expect.stringContaining('already exists and is not partitioned') as unknown })
+    expect((await db.pool.query<{ id: number }>(`SELECT id FROM ${quoted}.migrations`)).rows).toEqual([{ id: 1 }])
+  })
+
   it('refuses a count that is not an integer from 2 to 1024, before connecting', async () => {
     for (const partitions of [1, 1025, 2.5, '4']) {
       await expect(migrate({ pool: db.pool, schema: `unused ${randomUUID()}`, partitions: partitions as number })).rejects.toMatchObject({ code: 'ONCELY_INVALID_OPTION', message: expect.stringContaining('partitions must be an integer from 2 to 1024') as unknown })
@@ -73,7 +87,75 @@ describe('migrate({ partitions })', () => {
   })
 })
 
+describe('migrate({ partitions }) at its bounds, and on a migration 001 it does not recognise', () => {
+  it('takes 2 and 1024 partitions, each remainder a table of its own', async () => {
+    const two = await migrationSql('bounds', { partitions: 2 })
+    expect(two).toContain(') PARTITION BY HASH (user_id);')
+    expect(two).toContain('CREATE TABLE "bounds".idempotency_key_p1 PARTITION OF "bounds".idempotency_key FOR VALUES WITH (MODULUS 2, REMAINDER 1);')
+    expect(two).not.toContain('idempotency_key_p2 ')
+    expect(await migrationSql('bounds', { partitions: 1024 })).toContain('idempotency_key_p1023 PARTITION OF "bounds".idempotency_key FOR VALUES WITH (MODULUS 1024, REMAINDER 1023);')
+  })
+
+  it("partitions the key table's definition wherever it starts, and appends its partitions after the migration's last line", () => {
+    expect(partitionKeyTable('CREATE TABLE "s".idempotency_key (\n  id integer\n);\n', '"s"', 2)).toBe(
+      [
+        'CREATE TABLE "s".idempotency_key (',
+        '  id integer',
+        ') PARTITION BY HASH (user_id);',
+        '',
+        '-- Hash partitions by scope (migrate({ partitions: 2 })).',
+        'CREATE TABLE "s".idempotency_key_p0 PARTITION OF "s".idempotency_key FOR VALUES WITH (MODULUS 2, REMAINDER 0);',
+        'CREATE TABLE "s".idempotency_key_p1 PARTITION OF "s".idempotency_key FOR VALUES WITH (MODULUS 2, REMAINDER 1);',
+        '',
+      ].join('\n'),
+    )
+  })
+
+  it('refuses to partition a migration 001 that no longer creates the key table as expected, rather than guess', () => {
+    const refused = /migration 001 no longer creates idempotency_key as expected/
+    // Another table closed the way the key table is: only the key table's own definition is partitioned.
+    expect(() => partitionKeyTable('CREATE TABLE "s".other (\n  id integer\n);\n', '"s"', 4)).toThrow(refused)
+    // The key table, with its definition not closed on a line of its own.
+    expect(() => partitionKeyTable('CREATE TABLE "s".idempotency_key (\n  id integer);\n', '"s"', 4)).toThrow(refused)
+  })
+
+  it('refuses a key table partitioned by something else than the scope, naming its key, and checkSchema reports it', async () => {
+    const schema = `${db.schema} by key`
+    await migrate({ pool: db.pool, schema })
+    await db.pool.query(`DROP TABLE ${quoteSchema(schema)}.idempotency_key`)
+    await db.pool.query(`CREATE TABLE ${quoteSchema(schema)}.idempotency_key (scope text NOT NULL, key text NOT NULL) PARTITION BY HASH (key)`)
+    await expect(migrate({ pool: db.pool, schema, partitions: PARTITIONS })).rejects.toMatchObject({
+      code: 'ONCELY_MIGRATION_FAILED',
+      message: expect.stringContaining(`${quoteSchema(schema)}.idempotency_key is already partitioned by HASH (key) into 0 partitions, not HASH (scope) into ${PARTITIONS}`) as unknown,
+    })
+    const report = await checkSchema({ pool: db.pool, schema })
+    expect(report.problems).toContainEqual({ kind: 'different', detail: 'table idempotency_key is partitioned by HASH (key), expected HASH (scope) or not partitioned' })
+  })
+})
+
 describe('checkSchema on a partitioned schema', () => {
+  it('compares a key table partitioned by hand into more partitions than migrate makes as a plain one, listing them, instead of failing', async () => {
+    const schema = `${db.schema} many`
+    await migrate({ pool: db.pool, schema })
+    const table = `${quoteSchema(schema)}.idempotency_key`
+    await db.pool.query(`DROP TABLE ${table}`)
+    await db.pool.query(`CREATE TABLE ${table} (scope text NOT NULL, key text NOT NULL) PARTITION BY HASH (key)`)
+    // One past MAX_PARTITIONS, made in one round trip; the names are SQL literals inside the block.
+    const literal = (text: string) => `'${text.replaceAll("'", "''")}'`
+    await db.pool.query(`DO $$ BEGIN FOR i IN 0..1024 LOOP
+      EXECUTE format('CREATE TABLE %s.%I PARTITION OF %s FOR VALUES WITH (MODULUS 1025, REMAINDER %s)', ${literal(quoteSchema(schema))}, 'idempotency_key_p' || i, ${literal(table)}, i);
+    END LOOP; END $$`)
+    const report = await checkSchema({ pool: db.pool, schema })
+    expect(report.ok).toBe(false)
+    expect(report.problems).toContainEqual({ kind: 'unexpected', detail: expect.stringContaining('column idempotency_key_p1024.key is not part of') as unknown })
+  })
+
+  it('is healthy with the fewest partitions migrate makes, 2', async () => {
+    const schema = `${db.schema} two`
+    await migrate({ pool: db.pool, schema, partitions: 2 })
+    expect(await checkSchema({ pool: db.pool, schema })).toMatchObject({ ok: true, problems: [] })
+  })
+
   it('is healthy', async () => {
     expect(await checkSchema({ pool: db.pool, schema: db.schema })).toMatchObject({ ok: true, problems: [] })
   })
