@@ -338,6 +338,131 @@ describe('waiting, in detail (mutation survivors of wait.ts)', () => {
     await holder.release()
   })
 
+  it('while the watch is live, reads seldom: not at the polling pace', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    let reads = 0
+    const live: IdempotencyStore<Queryable> = {
+      ...store,
+      // Live, and never rung: only the seldom reads can see the claim.
+      watchClaim: () => ({ live: true, stop: () => undefined }),
+      async read(scope, k) {
+        reads++
+        return store.read(scope, k)
+      },
+    }
+    // Polling would read every 5 to 10 ms; a live watch reads once a minute, so once in the bound.
+    const waiter = createEngine({ store: live, staleAfterMs: 30_000, waitFirstPollMs: 5, waitMaxPollMs: 10, waitWatchedPollMs: 60_000 })
+    expect((await waiter.begin({ scope: 'u1', key, fingerprint }, { waitMs: 300 })).kind).toBe('conflict')
+    expect(reads).toBe(1)
+    await first.release()
+  })
+
+  it('without a live watch, the pause between reads doubles from waitFirstPollMs and stops at waitMaxPollMs', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const polling = pollingStore(store)
+    const readAt: number[] = []
+    const timed: IdempotencyStore<Queryable> = {
+      ...polling.store,
+      async read(scope, k) {
+        readAt.push(performance.now())
+        return polling.store.read(scope, k)
+      },
+    }
+    // Pauses of 100, 200, 400 ms (each jittered to between half and all of it), at most 1,600.
+    const waiter = createEngine({ store: timed, staleAfterMs: 30_000, waitFirstPollMs: 100, waitMaxPollMs: 1_600 })
+    const waiting = waiter.begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000 })
+    while (readAt.length < 3) await new Promise((resolve) => setTimeout(resolve, 20))
+    await first.complete(jsonResponse(201, '{}'))
+    expect((await waiting).kind).toBe('replay')
+    const [one, two, three] = readAt as [number, number, number]
+    // The second pause is 100 to 200 ms: far below the 800 to 1,600 ms of a pause at the cap at
+    // once. The third is 200 to 400 ms: far above a pause that halved (25 to 50 ms). Timers are
+    // late under load, never early, so the slack is on the side of lateness only.
+    expect(two - one).toBeLessThan(700)
+    expect(three - two).toBeGreaterThanOrEqual(190)
+  })
+
+  it('a claim that takes the key over from the one it waited for is watched in its place', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    const watched: string[] = []
+    let reads = 0
+    const gate = deferred()
+    const secondRead = deferred()
+    const watching: IdempotencyStore<Queryable> = {
+      ...store,
+      watchClaim(claim, wake) {
+        watched.push(claim.claimId)
+        const inner: ClaimWatch = store.watchClaim!(claim, wake)
+        return { live: false, stop: () => inner.stop() }
+      },
+      async read(scope, k) {
+        reads++
+        // The second read waits until the first has let the key go and a third request holds it.
+        if (reads === 2) {
+          secondRead.resolve()
+          await gate.promise
+        }
+        return store.read(scope, k)
+      },
+    }
+    const waiter = createEngine({ store: watching, staleAfterMs: 30_000, waitFirstPollMs: 5, waitMaxPollMs: 10 })
+    const waiting = waiter.begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000 })
+    await secondRead.promise
+    await first.release()
+    const third = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    gate.resolve()
+    while (watched.length < 2) await new Promise((resolve) => setTimeout(resolve, 5))
+    await third.complete(jsonResponse(201, '{"from":"third"}'))
+    const answer = await waiting
+    expect(answer.kind).toBe('replay')
+    expect(watched).toEqual([first.claimId, third.claimId])
+  })
+
+  it('a wake-up that rings while no pause runs ends the next pause at once', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    let wake: (() => void) | undefined
+    let reads = 0
+    const ringing: IdempotencyStore<Queryable> = {
+      ...store,
+      watchClaim(_claim, wakeUp) {
+        wake = wakeUp
+        // Not live before the first read, so the first pause is a short poll; live after it.
+        return {
+          get live() {
+            return reads > 0
+          },
+          stop: () => undefined,
+        }
+      },
+      async read(scope, k) {
+        reads++
+        const row = await store.read(scope, k)
+        // The first request completes while the waiter reads (it saw the claim in flight), and
+        // the wake-up rings before the waiter's next pause has begun.
+        if (reads === 1) {
+          await first.complete(jsonResponse(201, '{"rang":"between"}'))
+          wake?.()
+        }
+        return row
+      },
+    }
+    // A live watch's own reads are a minute apart: only the ring can end that pause early.
+    const waiter = createEngine({ store: ringing, staleAfterMs: 30_000, waitFirstPollMs: 5, waitWatchedPollMs: 60_000 })
+    const startedAt = performance.now()
+    const answer = await waiter.begin({ scope: 'u1', key, fingerprint }, { waitMs: 20_000 })
+    expect(answer.kind).toBe('replay')
+    expect(reads).toBe(2)
+    expect(performance.now() - startedAt).toBeLessThan(5_000)
+  }, 30_000)
+
   it('watches one claim once while it holds the key', async () => {
     const key = newKey()
     const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
