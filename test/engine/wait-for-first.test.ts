@@ -248,9 +248,10 @@ describe.skipIf(!redis.run)('engine.begin with waitMs behind the Redis cache', (
 })
 
 describe('waiting, in detail (mutation survivors of wait.ts)', () => {
-  /** The real store with its reads counted and no wake-up; `failNextRead` makes its next read fail. */
+  /** The real store with its reads counted and timed and no wake-up; `failNextRead` makes its next read fail. */
   function pollingStore(store: IdempotencyStore<Queryable>) {
     let reads = 0
+    const readAt: number[] = []
     let failNext: Error | undefined
     const firstRead = deferred()
     const firstAnswered = deferred()
@@ -258,6 +259,7 @@ describe('waiting, in detail (mutation survivors of wait.ts)', () => {
       ...store,
       async read(scope, key) {
         reads++
+        readAt.push(performance.now())
         firstRead.resolve()
         if (failNext !== undefined) {
           const error = failNext
@@ -271,7 +273,7 @@ describe('waiting, in detail (mutation survivors of wait.ts)', () => {
     }
     // No wake-up: the waiter polls.
     Reflect.deleteProperty(polling, 'watchClaim')
-    return { store: polling, reads: () => reads, firstRead: firstRead.promise, firstAnswered: firstAnswered.promise, failNextRead: (error: Error) => (failNext = error) }
+    return { store: polling, reads: () => reads, readAt, firstRead: firstRead.promise, firstAnswered: firstAnswered.promise, failNextRead: (error: Error) => (failNext = error) }
   }
 
   it("past the bound, a live claim's 409 carries the engine's conflictRetryAfterSeconds", async () => {
@@ -364,21 +366,13 @@ describe('waiting, in detail (mutation survivors of wait.ts)', () => {
     const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
     const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
     const polling = pollingStore(store)
-    const readAt: number[] = []
-    const timed: IdempotencyStore<Queryable> = {
-      ...polling.store,
-      async read(scope, k) {
-        readAt.push(performance.now())
-        return polling.store.read(scope, k)
-      },
-    }
     // Pauses of 100, 200, 400 ms (each jittered to between half and all of it), at most 1,600.
-    const waiter = createEngine({ store: timed, staleAfterMs: 30_000, waitFirstPollMs: 100, waitMaxPollMs: 1_600 })
+    const waiter = createEngine({ store: polling.store, staleAfterMs: 30_000, waitFirstPollMs: 100, waitMaxPollMs: 1_600 })
     const waiting = waiter.begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000 })
-    while (readAt.length < 3) await new Promise((resolve) => setTimeout(resolve, 20))
+    while (polling.reads() < 3) await new Promise((resolve) => setTimeout(resolve, 20))
     await first.complete(jsonResponse(201, '{}'))
     expect((await waiting).kind).toBe('replay')
-    const [one, two, three] = readAt as [number, number, number]
+    const [one, two, three] = polling.readAt as [number, number, number]
     // The second pause is 100 to 200 ms: far below the 800 to 1,600 ms of a pause at the cap at
     // once. The third is 200 to 400 ms: far above a pause that halved (25 to 50 ms). Timers are
     // late under load, never early, so the slack is on the side of lateness only.
