@@ -7,7 +7,9 @@
  * such as `writev`. `--save FILE` keeps the `.cpuprofile` (for Chrome's DevTools, or another look).
  * `--target express-minimal` profiles `oncely/express` alone instead: the peers' Express app
  * (bench/baselines/express-app.ts) with the guard on `POST /v1/minimal`, which answers and does
- * nothing else, so what is left is the guard's own cost per fresh key.
+ * nothing else, so what is left is the guard's own cost per fresh key. `--target lean` profiles the
+ * lean durable baseline (bench/baselines/lean-durable.ts) under the same load, the floor to read
+ * the service's profile against.
  */
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -35,9 +37,11 @@ const directory = await mkdtemp(path.join(tmpdir(), 'oncely-profile-'))
 const provider = await startCli(['provider', '--port', '0', '--latency-ms', '0'])
 try {
   const profiled = ['--cpu-prof', `--cpu-prof-dir=${directory}`]
-  if (values.target !== 'service' && values.target !== 'express-minimal') throw new Error(`--target is service or express-minimal, not ${values.target}`)
+  if (values.target !== 'service' && values.target !== 'express-minimal' && values.target !== 'lean') throw new Error(`--target is service, express-minimal or lean, not ${values.target}`)
   const minimal = values.target === 'express-minimal'
-  const service = minimal
+  const service = values.target === 'lean'
+    ? await startProgram(new URL('./baselines/lean-durable.ts', import.meta.url).pathname, ['--port', '0', '--database-url', database.url, '--schema', 'bench_profile_lean', '--provider-url', provider.url], {}, profiled)
+    : minimal
     ? await startProgram(new URL('./baselines/express-app.ts', import.meta.url).pathname, ['--oncely', '--database-url', database.url, '--schema', 'bench_profile_minimal', '--provider-url', provider.url], {}, profiled)
     : await startCli(['serve', '--port', '0', '--database-url', database.url, '--schema', 'bench_profile', '--provider-url', provider.url, '--strategy', values.strategy], {}, profiled)
   let n = 0
