@@ -5,7 +5,7 @@
 import type { WriteStatement } from '../../engine/types.js'
 import { OncelyError } from '../../errors.js'
 import { toQueryConfig, type PoolClientLike, type PoolLike, type Queryable, type QueryConfig, type QueryResult } from './executor.js'
-import { isTransientPgError, sqlState } from './pg-errors.js'
+import { sqlState } from './pg-errors.js'
 import type { Statement } from './statements.js'
 
 export function bind(statement: Statement, values: unknown[], timeoutMs?: number): QueryConfig {
@@ -323,8 +323,9 @@ class WatchedConnection {
 
 /** The socket under a node-postgres client (`client.connection.stream`), when it can be corked. */
 function socketOf(client: unknown): { cork(): void; uncork(): void } | undefined {
-  const stream = (client as { connection?: { stream?: { cork?: unknown; uncork?: unknown } } } | null)?.connection?.stream
-  return typeof stream?.cork === 'function' && typeof stream.uncork === 'function' ? (stream as { cork(): void; uncork(): void }) : undefined
+  const stream = (client as { connection?: { stream?: { cork?: unknown } } } | null)?.connection?.stream
+  // A stream that corks is a Node Writable, which uncorks too.
+  return typeof stream?.cork === 'function' ? (stream as { cork(): void; uncork(): void }) : undefined
 }
 
 /**
@@ -349,6 +350,8 @@ async function checkOut(pool: PoolLike, timeoutMs: number | undefined): Promise<
   try {
     return await withDeadline(pool.connect(), timeoutMs, `PostgreSQL did not hand over a connection within ${timeoutMs} ms`, (late) => late.release())
   } catch (error) {
-    throw isTransientPgError(error) || sqlState(error) === undefined ? classified(error, 'a connection') : error
+    // An error with a SQLSTATE (too many connections, a refused login) is the server's answer and
+    // stays as it is; one without is the connection failing (`classified`).
+    throw classified(error, 'a connection')
   }
 }

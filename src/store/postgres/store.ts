@@ -95,7 +95,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
   const begin = sql.begin(timeoutMs, lockTimeoutMs)
   const pool = options.pool
   const listen = options.listen ?? true
-  if (typeof listen !== 'boolean' && (typeof listen?.query !== 'function' || typeof listen.connect !== 'function')) {
+  if (typeof listen !== 'boolean' && (typeof listen.query !== 'function' || typeof listen.connect !== 'function')) {
     throw invalidHidden('listen', 'must be a boolean, or a pool with query() and connect(), like pg.Pool', describeKind(listen))
   }
 
