@@ -43,6 +43,11 @@ export class ClaimWatcher {
     return this.#count
   }
 
+  /** Claims watched now, by one waiter or more (for tests and diagnostics). */
+  get claims(): number {
+    return this.#waiters.size
+  }
+
   watch(claim: WatchedClaim, wake: () => void): ClaimWatch {
     const waiter: Waiter = { wake, marked: false, stopped: false }
     const same = this.#waiters.get(claim.claimId) ?? new Set()
