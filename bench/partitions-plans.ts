@@ -55,7 +55,7 @@ export async function explainPlans(url: string, schemas: Record<PlanCheck['table
   const checks: PlanCheck[] = []
   for (const table of ['plain', 'partitioned'] as const) {
     const sql = buildStatements(quoteSchema(schemas[table]), undefined)
-    const claimValues = (key: string) => [inputs.scope, key, inputs.storedFingerprint, 86_400_000, randomUUID(), randomUUID(), DEFAULT_LOCK_TIMEOUT_MS, null]
+    const claimValues = (key: string, fenceToken = randomUUID()) => [inputs.scope, key, inputs.storedFingerprint, 86_400_000, randomUUID(), fenceToken, DEFAULT_LOCK_TIMEOUT_MS, null]
     const statements: { statement: PlanCheck['statement']; text: string; values: (tx: pg.Client) => Promise<unknown[]> }[] = [
       { statement: 'claim (fresh key)', text: sql.claim.text, values: async () => claimValues(inputs.freshKey()) },
       { statement: 'claim (loaded key: replay)', text: sql.claim.text, values: async () => claimValues(inputs.loadedKey) },
@@ -66,8 +66,9 @@ export async function explainPlans(url: string, schemas: Record<PlanCheck['table
         // A claim of its own first, in the same transaction: the completion needs its token.
         values: async (tx) => {
           const key = inputs.freshKey()
-          const { rows } = await tx.query<{ fence_token: string }>({ text: sql.claim.text, values: claimValues(key) })
-          return [inputs.scope, key, rows[0]?.fence_token, 'completed', 201, '[]', Buffer.from('{}'), 'oncely_keys_bench']
+          const fenceToken = randomUUID()
+          await tx.query({ text: sql.claim.text, values: claimValues(key, fenceToken) })
+          return [inputs.scope, key, fenceToken, 'completed', 201, '[]', Buffer.from('{}'), 'oncely_keys_bench']
         },
       },
       { statement: 'sweepExpired', text: sql.sweepExpired.text, values: async () => [inputs.sweepBatch] },

@@ -9,7 +9,8 @@
  * (bench/baselines/express-app.ts) with the guard on `POST /v1/minimal`, which answers and does
  * nothing else, so what is left is the guard's own cost per fresh key. `--target lean` profiles the
  * lean durable baseline (bench/baselines/lean-durable.ts) under the same load, the floor to read
- * the service's profile against.
+ * the service's profile against. `--replay` sends one key, completed before the load, with every
+ * request: the profile of a replay instead of a fresh charge.
  */
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -31,7 +32,7 @@ interface Profile {
   timeDeltas: number[]
 }
 
-const { values } = parseArgs({ options: { target: { type: 'string', default: 'service' }, strategy: { type: 'string', default: 'atomic-phases' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' }, callers: { type: 'string' }, save: { type: 'string' } } })
+const { values } = parseArgs({ options: { target: { type: 'string', default: 'service' }, strategy: { type: 'string', default: 'atomic-phases' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' }, callers: { type: 'string' }, save: { type: 'string' }, replay: { type: 'boolean', default: false } } })
 const database = await openBenchDatabase()
 const directory = await mkdtemp(path.join(tmpdir(), 'oncely-profile-'))
 const provider = await startCli(['provider', '--port', '0', '--latency-ms', '0'])
@@ -46,14 +47,20 @@ try {
     : await startCli(['serve', '--port', '0', '--database-url', database.url, '--schema', 'bench_profile', '--provider-url', provider.url, '--strategy', values.strategy], {}, profiled)
   let n = 0
   const headers = (key: string) => ({ authorization: 'Bearer demo_7', 'content-type': 'application/json', 'idempotency-key': key })
+  const url = `${service.url}/v1/${minimal ? 'minimal' : 'charges'}`
+  const body = '{"amount":1000,"currency":"usd","customer":"cus_bench"}'
+  if (values.replay) {
+    const first = await fetch(url, { method: 'POST', body, headers: headers('p-replay') })
+    if (first.status !== 201) throw new Error(`the key to replay was answered ${first.status}: ${await first.text()}`)
+  }
   const result = await autocannon({
-    url: `${service.url}/v1/${minimal ? 'minimal' : 'charges'}`,
+    url,
     connections: 32,
     duration: Number(values.seconds),
-    requests: [{ method: 'POST', body: '{"amount":1000,"currency":"usd","customer":"cus_bench"}', headers: headers(''), setupRequest: (request) => ({ ...request, headers: headers(`p-${n++}`) }) }],
+    requests: [{ method: 'POST', body, headers: headers('p-replay'), setupRequest: (request) => (values.replay ? request : { ...request, headers: headers(`p-${n++}`) }) }],
   })
   await service.stop()
-  process.stdout.write(`${minimal ? 'express-minimal' : values.strategy}: ${(result.requests.total / result.duration).toFixed(0)} req/s, statuses ${JSON.stringify(result.statusCodeStats)}\n`)
+  process.stdout.write(`${minimal ? 'express-minimal' : values.strategy}${values.replay ? ', replay' : ''}: ${(result.requests.total / result.duration).toFixed(0)} req/s, statuses ${JSON.stringify(result.statusCodeStats)}\n`)
   const file = (await readdir(directory)).find((f) => f.endsWith('.cpuprofile'))
   if (!file) throw new Error('the service wrote no profile')
   const text = await readFile(path.join(directory, file), 'utf8')

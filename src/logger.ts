@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { hash } from 'node:crypto'
 import { invalid } from './option-validation.js'
 
 /** A pino-style logger: pino, bunyan-compatible and most structured loggers have this shape. */
@@ -81,5 +81,5 @@ function formatFields(fields: LogFields): string {
  * ```
  */
 export function logKey(key: string): string {
-  return createHash('sha256').update(key).digest('hex').slice(0, 16)
+  return hash('sha256', key, 'hex').slice(0, 16)
 }

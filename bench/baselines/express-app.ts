@@ -106,11 +106,16 @@ function minimal(_req: Request, res: Response): void {
 
 /** The same routes behind `oncely/express`, on a store of their own (`--schema`). */
 async function oncelyRoutes(): Promise<{ guard: RequestHandler; charge: RequestHandler; close: () => Promise<void> }> {
+  // The build in dist/ (`npm run bench` builds it first), as a user installs the package, not the
+  // sources: under tsx (which maps `oncely` to src/ by the tsconfig's paths) esbuild's keepNames
+  // wraps every closure made per request in a defineProperty call the published code never makes.
+  // The types are the sources', the same declarations dist/ was built from.
+  const built = (file: string) => new URL(`../../dist/${file}`, import.meta.url).href
   const [{ default: pg }, { createEngine }, { idempotency }, { createPostgresStore, migrate }] = await Promise.all([
     import('pg'),
-    import('../../src/index.js'),
-    import('../../src/adapters/express.js'),
-    import('../../src/store/postgres/index.js'),
+    import(built('index.js')) as Promise<typeof import('../../src/index.js')>,
+    import(built('adapters/express.js')) as Promise<typeof import('../../src/adapters/express.js')>,
+    import(built('store/postgres/index.js')) as Promise<typeof import('../../src/store/postgres/index.js')>,
   ])
   if (!values['database-url']) throw new Error('--oncely needs --database-url')
   const schema = values.schema

@@ -2,11 +2,11 @@ import type { Execution } from '../engine/execution.js'
 import type { StoredResponse, WriteStatement } from '../engine/types.js'
 import { isOncelyError, OncelyError } from '../errors.js'
 import { isRetryableStatus } from '../retryable-status.js'
-import { logKey, type LogFields } from '../logger.js'
+import type { LogFields } from '../logger.js'
 import { conflictAnswer, problem, PROBLEM_TYPES, storeUnavailableAnswer, type HttpAnswer, type KeyAdvice } from './answers.js'
 import { withKeyTtl } from './key-ttl.js'
 import { resultUnavailableResponse } from './result-unavailable.js'
-import { codeOf, describeForLog } from './log-fields.js'
+import { codeOf, describeForLog, withHashedKey, withoutKey } from './log-fields.js'
 import type { OutcomeEvent, ResolvedAdapterOptions } from './options.js'
 import type { CapturedResponse, CompletionWork, IdempotencyContext } from './request-context.js'
 import { storableHeaders } from './stored-headers.js'
@@ -54,7 +54,8 @@ export class GuardedExecution<Tx> {
     this.#execution = execution
     this.#startedAt = startedAt
     this.#decided = fingerprint === undefined ? undefined : { scope: execution.scope, key: execution.key, fingerprint }
-    this.logFields = Object.freeze({ ...logFields, scope: execution.scope, key: logKey(execution.key) })
+    // The request's fields with the execution's scope and key, the key hashed only if a line is written.
+    this.logFields = Object.freeze(withHashedKey({ ...withoutKey(logFields), scope: execution.scope }, execution.key))
     const writes = this.#writes
     this.context = Object.freeze({ execution, writeOnCompletion: (work: CompletionWork<Tx> | WriteStatement) => void writes.push(work) })
   }

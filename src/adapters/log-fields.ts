@@ -9,12 +9,31 @@ export function requestLogFields(request: { method: string; route: string; scope
     route: `${request.method.toUpperCase()} ${request.route}`,
     ...(request.scope === undefined ? {} : { scope: String(request.scope) }),
   }
-  const key = request.key
-  if (key === undefined) return fields
-  // Hashed when a line is written (spread, serialised), not for every request: most requests
-  // log nothing, and the hash was a thirtieth of a fresh request's CPU (issue 21).
+  return request.key === undefined ? fields : withHashedKey(fields, request.key)
+}
+
+/**
+ * `fields` and `key`, hashed with `logKey` when a line is written (spread, serialised), not for
+ * every request: most requests log nothing, and the hash was a thirtieth of a fresh request's CPU
+ * (issue 21). A getter of an object literal, not `Object.defineProperty`, which turns the object
+ * into a slow dictionary for every later read and spread.
+ */
+export function withHashedKey(fields: Readonly<LogFields>, key: string): LogFields {
+  // A `key` already there would be hashed by the spread below: the caller drops it (withoutKey).
   let hashed: string | undefined
-  return Object.defineProperty(fields, 'key', { enumerable: true, get: () => (hashed ??= logKey(key)) })
+  return {
+    ...fields,
+    get key() {
+      return (hashed ??= logKey(key))
+    },
+  }
+}
+
+/** `fields` without `key`, read without calling its getter (no hash made for nothing). */
+export function withoutKey(fields: Readonly<LogFields>): LogFields {
+  const rest: LogFields = {}
+  for (const name of Object.keys(fields)) if (name !== 'key') rest[name] = fields[name]
+  return rest
 }
 
 /** An error as text for a log line, with the raw key (the engine's messages quote it) replaced by its hash. */

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { hash as digest } from 'node:crypto'
 import canonicalize from 'canonicalize'
 
 /** The parts of a request that decide whether a repeat is "the same request". */
@@ -97,7 +97,8 @@ function legacyV1(common: Record<string, unknown>, rawBody: unknown): string {
 function hash(value: unknown): string {
   const canonical = canonicalize(value)
   if (canonical === undefined) throw new TypeError('request fingerprint input cannot be rendered as JSON')
-  return createHash('sha256').update(canonical).digest('hex')
+  // crypto.hash: one call, no Hash object (a quarter of createHash's CPU on a short text, issue 21).
+  return digest('sha256', canonical, 'hex')
 }
 
 const VERSIONED = /^v(\d+):([0-9a-f]{64})$/

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { hash } from 'node:crypto'
 
 /**
  * The key a step passes to the outside world (Invariant 2): derived from the scope (all users
@@ -13,12 +13,12 @@ import { createHash } from 'node:crypto'
  * ```
  */
 export function deriveStepKey(parts: { scope: string; key: string; claimId: string; step: string }): string {
-  // Length-prefixed fields, so no choice of values can make two different tuples collide.
-  const hash = createHash('sha256')
-  for (const field of [parts.scope, parts.key, parts.claimId, parts.step]) {
-    hash.update(`${Buffer.byteLength(field)}:${field};`)
-  }
-  return hash.digest('hex')
+  // Length-prefixed fields, so no choice of values can make two different tuples collide. One
+  // text hashed at once (crypto.hash): the same bytes as updating a Hash field by field, without
+  // the Hash object, a quarter of the CPU per call (issue 21).
+  let text = ''
+  for (const field of [parts.scope, parts.key, parts.claimId, parts.step]) text += `${Buffer.byteLength(field)}:${field};`
+  return hash('sha256', text, 'hex')
 }
 
 /** Round-trips a step result through JSON, so a first run and a resumed run see the same value. */

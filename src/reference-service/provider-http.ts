@@ -33,15 +33,20 @@ export function createProviderHttp(baseUrl: string, options: { maxSockets?: numb
   const agentOptions = { keepAlive: true, maxSockets: options.maxSockets ?? 64, timeout: 4000 }
   const agent = secure ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions)
   const send = secure ? httpsRequest : httpRequest
-  const endpoints = new Map<string, URL>()
+  // Each path's URL taken apart once: handed a URL, node:http converts it to options on every call.
+  const endpoints = new Map<string, { protocol: string; hostname: string; port: string; path: string }>()
   return {
     post(path, body, { timeoutMs, idempotencyKey }) {
       let endpoint = endpoints.get(path)
-      if (endpoint === undefined) endpoints.set(path, (endpoint = new URL(path, base)))
+      if (endpoint === undefined) {
+        const url = new URL(path, base)
+        endpoint = { protocol: url.protocol, hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'), port: url.port, path: `${url.pathname}${url.search}` }
+        endpoints.set(path, endpoint)
+      }
       const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }
       if (idempotencyKey !== undefined) headers['idempotency-key'] = idempotencyKey
       return new Promise((resolve, reject) => {
-        const outgoing = send(endpoint, { method: 'POST', agent, headers }, (incoming) => {
+        const outgoing = send({ ...endpoint, method: 'POST', agent, headers }, (incoming) => {
           const chunks: Buffer[] = []
           incoming.on('data', (chunk: Buffer) => chunks.push(chunk))
           incoming.on('end', () => resolve({ status: incoming.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }))

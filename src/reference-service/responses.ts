@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto'
+import { hash, randomBytes } from 'node:crypto'
 import type { ChargeInput } from './charge-input.js'
 import type { OperationState } from '../adapters/hono.js'
 import { problem } from './problem.js'
@@ -17,7 +17,7 @@ export const CHARGE_ID = /^ch_[0-9a-f]{24}$/
  * after the provider step builds the same charge the receipt and the event already named.
  */
 export function chargeIdFor(providerChargeId: string): string {
-  return `ch_${createHash('sha256').update(providerChargeId).digest('hex').slice(0, 24)}`
+  return `ch_${hash('sha256', providerChargeId, 'hex').slice(0, 24)}`
 }
 
 export function chargeFrom(input: ChargeInput, result: Extract<ProviderResult, { outcome: 'charged' }>): ChargeView {

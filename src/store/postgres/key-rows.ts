@@ -27,6 +27,17 @@ export function snapshotOf(scope: string, key: string, row: KeyRow): ClaimSnapsh
   }
 }
 
+/** A key's row as the claim statement returns it, one JSON text (`ClaimRow.snapshot`), as a `KeyRow`. */
+export function keyRowFromJson(text: string): KeyRow {
+  const row = JSON.parse(text) as Omit<KeyRow, 'response_body'> & { response_body: string | null }
+  return { ...row, response_body: row.response_body === null ? null : Buffer.from(row.response_body, 'base64') }
+}
+
+/** The state of a claim the claim statement has just inserted: a new row holds nothing yet. */
+export function newClaimOf(scope: string, key: string, claimId: string, fenceToken: string): ClaimState {
+  return { scope, key, claimId, fenceToken, recoveryPoint: null, stepResults: {}, startedSteps: [], interrupted: false }
+}
+
 export function claimOf(scope: string, key: string, row: HeldRow): ClaimState {
   return {
     scope,

@@ -4,7 +4,7 @@ import { describeKind, invalid, invalidHidden, positiveInteger } from '../../opt
 import type { CarriedSteps, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, StoreCompletion, TakeOverInput, WatchedClaim } from '../../engine/store.js'
 import type { ClaimAttempt, ClaimSnapshot, ClaimState, WriteStatement } from '../../engine/types.js'
 import { toQueryConfig, type PoolLike, type Queryable } from './executor.js'
-import { claimOf, snapshotOf } from './key-rows.js'
+import { claimOf, keyRowFromJson, newClaimOf, snapshotOf } from './key-rows.js'
 import { isTransientPgError, SQLSTATE, sqlState } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 import { ClaimWatcher } from './claim-watcher.js'
@@ -137,8 +137,8 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
           if (late.rows[0]?.outcome === 'claimed') request.onLateInsert?.()
         })
         const row = rows[0]
-        if (row?.outcome === 'claimed') return { kind: 'inserted', claim: claimOf(scope, key, { ...row, fence_token: request.fenceToken }) }
-        if (row) return { kind: 'existing', snapshot: snapshotOf(scope, key, row) }
+        if (row?.outcome === 'claimed') return { kind: 'inserted', claim: newClaimOf(scope, key, request.claimId, request.fenceToken) }
+        if (row) return { kind: 'existing', snapshot: snapshotOf(scope, key, keyRowFromJson(row.snapshot)) }
         if (performance.now() - startedAt >= lockTimeoutMs) {
           throw new OncelyError('ONCELY_STORE_UNAVAILABLE', `the claim of key ${JSON.stringify(key)} waited longer than lockTimeoutMs (${lockTimeoutMs}) for a lock`)
         }
