@@ -1,0 +1,108 @@
+/**
+ * `node --import tsx bench/instructions.ts [--cell fresh,replay] [--requests N] [--warm N] [--against DIR]`:
+ * the reference service's instructions per request on its main thread, counted by valgrind's
+ * callgrind (issue 21). CPU time on a shared 2-core machine moves by ±10 % from run to run; an
+ * instruction count of the same build, inputs and load moves by well under 1 %, whatever else the
+ * machine is doing, so a change worth 3 % shows. Only the main thread is counted: the event loop
+ * is what limits a Node process's requests per second; V8's compiler and GC helper threads run
+ * beside it (their share varies from run to run).
+ *
+ * The service of this checkout's build (`dist/`, built first) runs under callgrind with counting
+ * off; `--warm` requests (default 1 500) let V8 compile the hot path; counting is switched on for
+ * `--requests` (default 1 000) sent one at a time, then off. One request at a time, so no count
+ * depends on how many requests one turn of the event loop happened to take. `--against DIR` runs
+ * another checkout's build the same way (`git worktree add DIR REV`, `npm run build` there) and
+ * prints the ratio: the before and after of a change. A fresh cell sends a new key with every
+ * request, a replay one key completed before the count. Valgrind slows the process about fifty
+ * times: a cell takes a minute or two. Needs `valgrind` (Debian's package) on the PATH.
+ */
+import { execFileSync, spawn } from 'node:child_process'
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
+import { waitForReadyLine, type ChildExit } from '../src/cli/ready-line.js'
+import { openBenchDatabase } from './database.js'
+import { startCli } from './processes.js'
+
+const { values } = parseArgs({ options: { cell: { type: 'string', default: 'fresh,replay' }, requests: { type: 'string', default: '1000' }, warm: { type: 'string', default: '1500' }, against: { type: 'string' } } })
+const cells = values.cell.split(',')
+for (const cell of cells) if (cell !== 'fresh' && cell !== 'replay') throw new Error(`--cell takes fresh and replay, not ${cell}`)
+const requests = positive('--requests', values.requests)
+const warm = positive('--warm', values.warm)
+try {
+  execFileSync('valgrind', ['--version'], { stdio: 'ignore' })
+} catch {
+  throw new Error('bench/instructions.ts needs valgrind on the PATH (Debian: apt-get install -y valgrind)')
+}
+const here = fileURLToPath(new URL('..', import.meta.url))
+const builds: Array<[string, string]> = [['this checkout', here]]
+if (values.against !== undefined) builds.push([`--against ${values.against}`, path.resolve(values.against)])
+
+const database = await openBenchDatabase()
+const provider = await startCli(['provider', '--port', '0', '--latency-ms', '0'])
+try {
+  const counts = new Map<string, number>()
+  for (const cell of cells) for (const [index, [name, root]] of builds.entries()) counts.set(`${cell} ${name}`, await count(root, cell, index))
+  process.stdout.write(`\n| cell | build | instructions per request, main thread |${values.against === undefined ? '' : ' ratio |'}\n| --- | --- | ---: |${values.against === undefined ? '' : ' ---: |'}\n`)
+  for (const cell of cells) {
+    const against = counts.get(`${cell} ${builds[1]?.[0]}`)
+    for (const [name] of builds) {
+      const n = counts.get(`${cell} ${name}`) ?? 0
+      process.stdout.write(`| ${cell} | ${name} | ${Math.round(n).toLocaleString('en')} |${against === undefined ? '' : ` ${(n / against).toFixed(3)}× |`}\n`)
+    }
+  }
+} finally {
+  await provider.stop()
+  await database.close()
+}
+
+/** Main-thread instructions per request of `root`'s service on `cell`. */
+async function count(root: string, cell: string, index: number): Promise<number> {
+  const directory = await mkdtemp(path.join(tmpdir(), 'oncely-instructions-'))
+  const schema = `bench_instructions_${index}_${cell}`
+  const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${directory}/out.%p`, process.execPath, path.join(root, 'dist/cli/main.js'), 'serve', '--port', '0', '--database-url', database.url, '--schema', schema, '--provider-url', provider.url], { stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  const keep = (chunk: string) => (output = (output + chunk).slice(-16_384))
+  child.stdout.setEncoding('utf8').on('data', keep)
+  child.stderr.setEncoding('utf8').on('data', keep)
+  const exited = new Promise<ChildExit>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })))
+  try {
+    // Valgrind starts a Node process slowly: minutes, not seconds, on a loaded machine.
+    const url = `${await waitForReadyLine(child, { output: () => output, exited, timeoutMs: 300_000, describe: () => `the service of ${root} under callgrind\n${output}` })}/v1/charges`
+    const body = '{"amount":1000,"currency":"usd","customer":"cus_bench"}'
+    let sent = 0
+    const send = async (key: string) => {
+      const answer = await fetch(url, { method: 'POST', body, headers: { authorization: 'Bearer demo_7', 'content-type': 'application/json', 'idempotency-key': key } })
+      await answer.arrayBuffer()
+      if (answer.status !== 201) throw new Error(`${root}: ${cell} answered ${answer.status}`)
+    }
+    const run = async (n: number) => {
+      for (let i = 0; i < n; i++) await send(cell === 'replay' ? 'replayed' : `fresh-${sent++}`)
+    }
+    await run(warm)
+    const pid = String(child.pid)
+    execFileSync('callgrind_control', ['--zero', pid], { stdio: 'ignore' })
+    execFileSync('callgrind_control', ['--instr=on', pid], { stdio: 'ignore' })
+    await run(requests)
+    execFileSync('callgrind_control', ['--instr=off', pid], { stdio: 'ignore' })
+    execFileSync('callgrind_control', ['--dump', pid], { stdio: 'ignore' })
+    // With --separate-threads each thread has its own file; the main thread's ends in -01.
+    const files = (await readdir(directory)).filter((file) => /\.\d+-01$/.test(file))
+    if (files.length !== 1) throw new Error(`callgrind wrote ${files.length} main-thread dumps in ${directory}: ${files.join(', ')}`)
+    const totals = /^totals: (\d+)/m.exec(await readFile(path.join(directory, files[0]!), 'utf8'))
+    if (!totals) throw new Error(`no totals in ${files[0]}`)
+    return Number(totals[1]) / requests
+  } finally {
+    child.kill('SIGKILL')
+    await exited
+    await rm(directory, { recursive: true, force: true })
+  }
+}
+
+function positive(flag: string, text: string): number {
+  const n = Number(text)
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`${flag} takes a positive whole number, not ${text}`)
+  return n
+}
