@@ -122,7 +122,18 @@ async function oncelyRoutes(): Promise<{ guard: RequestHandler; charge: RequestH
   // The reference service's pool settings that matter here: 20 connections, pipelining, so BEGIN, the completion, the row and COMMIT leave together.
   const pool = new pg.Pool({ connectionString: values['database-url'], max: 20, pipeline: true, keepAlive: true })
   await migrate({ pool, schema })
-  await pool.query(`CREATE TABLE IF NOT EXISTS "${schema}".charges (id text PRIMARY KEY, user_id text NOT NULL, amount bigint NOT NULL, currency text NOT NULL, customer text NOT NULL, provider_charge_id text NOT NULL, idempotency_key text, created bigint NOT NULL)`)
+  // Two of these processes start at once on one schema (the bench's second holds keys in flight):
+  // CREATE TABLE IF NOT EXISTS is not safe against itself (the loser fails on pg_type's unique
+  // index), so they take turns on a transaction lock.
+  const setup = await pool.connect()
+  try {
+    await setup.query('BEGIN')
+    await setup.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`oncely-bench:${schema}.charges`])
+    await setup.query(`CREATE TABLE IF NOT EXISTS "${schema}".charges (id text PRIMARY KEY, user_id text NOT NULL, amount bigint NOT NULL, currency text NOT NULL, customer text NOT NULL, provider_charge_id text NOT NULL, idempotency_key text, created bigint NOT NULL)`)
+    await setup.query('COMMIT')
+  } finally {
+    setup.release()
+  }
   const insert = `INSERT INTO "${schema}".charges (id, user_id, amount, currency, customer, provider_charge_id, idempotency_key, created) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
   const engine = createEngine({ store: createPostgresStore({ pool, schema }) })
   const guard = idempotency({ engine, scope: (req) => req.get('authorization') })
