@@ -52,6 +52,12 @@ export function countingPool(pool: pg.Pool): CountingPool {
           }
         },
         release: (destroy?: boolean | Error) => client.release(destroy),
+        // The store listens for a checked-out connection's errors (pg's pool stops listening
+        // while it is checked out): without these, a connection that dies while checked out
+        // emits an 'error' nobody hears, and the process crashes (seen in give-up.test.ts, where
+        // a pipelining connection destroys its own socket on a read timeout).
+        on: (event: 'error', listener: (error: Error) => void) => client.on(event, listener),
+        off: (event: 'error', listener: (error: Error) => void) => client.off(event, listener),
       } as PoolClientLike
     },
   }
