@@ -4,6 +4,7 @@ import { flight, isPipelining, transaction, withTransaction } from '../../src/st
 import { writeInOneFlight } from '../../src/store/postgres/index.js'
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { countSocketWrites } from '../helpers/socket-writes.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 
 // Issue 11: the store's transactions sent whole (`flight`) and statement by statement
@@ -52,17 +53,9 @@ describe('a flight', () => {
 
   it('on a pipelining connection leaves in one socket write: BEGIN, the statements and COMMIT (issue 21)', async () => {
     const pool = db.newPool(1, { pipeline: true })
-    const client = await pool.connect()
-    // The system calls a socket makes are its `_write` (one chunk) and `_writev` (several).
-    const socket = (client as unknown as { connection: { stream: Record<'_write' | '_writev', (...args: unknown[]) => unknown> } }).connection.stream
-    let writes = 0
-    for (const method of ['_write', '_writev'] as const) {
-      const original = socket[method].bind(socket)
-      socket[method] = (...args: unknown[]) => (writes++, original(...args))
-    }
-    client.release()
+    const counted = await countSocketWrites(pool)
     await flight(pool, 'BEGIN', 5000, [mark('one-write-1'), mark('one-write-2'), { text: 'SELECT count(*)::int AS n FROM marks WHERE id LIKE $1', values: ['one-write-%'] }])
-    expect(writes).toBe(1)
+    expect(counted.writes).toBe(1)
     expect(await marked('one-write-2')).toBe(1)
   })
 
