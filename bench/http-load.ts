@@ -10,6 +10,14 @@ export const OTHER_BODY = '{"amount":2000,"currency":"usd","customer":"cus_bench
 /** How long a held request's provider takes to answer: longer than any run. */
 export const HOLD_MS = 3_600_000
 
+/**
+ * `BODY` for each of `customers` customers (`cus_bench_0`…): fresh charges spread over them
+ * instead of all for one, whose events take turns on one ordering lock (docs/outbox.md, Order).
+ */
+export function spreadBodies(customers: number): string[] {
+  return Array.from({ length: customers }, (_, i) => JSON.stringify({ ...(JSON.parse(BODY) as object), customer: `cus_bench_${i}` }))
+}
+
 export function headers(key: string): Record<string, string> {
   return { authorization: USER, 'content-type': 'application/json', 'idempotency-key': key }
 }
@@ -68,16 +76,21 @@ let sequence = 0
 
 /**
  * One autocannon run on `url`: every request with `key`, or each with a new key when there is
- * none. Throws unless every answer is `expected`: a figure of the wrong answers is no figure.
+ * none, each then with the next of `bodies` (round robin) when given. Throws unless every answer
+ * is `expected`: a figure of the wrong answers is no figure.
  */
 export async function loadRun(
   target: { url: string; process: BenchProcess; name: string },
-  request: { key: string | undefined; body: string; expected: number },
+  request: { key: string | undefined; body: string; expected: number; bodies?: readonly string[] },
   options: { seconds: number; connections: number; rate?: number; databaseCpu: DatabaseCpu },
 ): Promise<LoadRun> {
   const prefix = `fresh-${process.pid}-${sequence++}-`
   let n = 0
-  const { key } = request
+  const { key, bodies } = request
+  const fresh = <R extends object>(r: R) => {
+    const i = n++
+    return { ...r, headers: headers(`${prefix}${i}`), ...(bodies === undefined ? {} : { body: bodies[i % bodies.length] }) }
+  }
   const [cpuBefore, writesBefore, databaseBefore] = [await target.process.cpuMs(), await target.process.writes(), await options.databaseCpu.sample()]
   const result = await autocannon({
     url: target.url,
@@ -89,7 +102,7 @@ export async function loadRun(
         method: 'POST',
         body: request.body,
         headers: headers(key ?? ''),
-        ...(key === undefined ? { setupRequest: (r) => ({ ...r, headers: headers(`${prefix}${n++}`) }) } : {}),
+        ...(key === undefined ? { setupRequest: (r) => fresh(r) } : {}),
       },
     ],
   })

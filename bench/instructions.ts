@@ -1,5 +1,5 @@
 /**
- * `node --import tsx bench/instructions.ts [--cell fresh,replay] [--requests N] [--warm N] [--against DIR]`:
+ * `node --import tsx bench/instructions.ts [--cell fresh,replay] [--strategy S] [--requests N] [--warm N] [--against DIR]`:
  * the reference service's instructions per request on its main thread, counted by valgrind's
  * callgrind (issue 21). CPU time on a shared 2-core machine moves by ±10 % from run to run; an
  * instruction count of the same build, inputs and load moves by well under 1 %, whatever else the
@@ -13,7 +13,9 @@
  * depends on how many requests one turn of the event loop happened to take. `--against DIR` runs
  * another checkout's build the same way (`git worktree add DIR REV`, `npm run build` there) and
  * prints the ratio: the before and after of a change. A fresh cell sends a new key with every
- * request, a replay one key completed before the count. Valgrind slows the process about fifty
+ * request, a replay one key completed before the count. `--strategy` runs the service with another
+ * `IDEMPOTENCY_STRATEGY` (`none`: the same business work with no key at all, the share of a
+ * fresh charge that is oncely's). Valgrind slows the process about fifty
  * times: a cell takes a minute or two. Needs `valgrind` (Debian's package) on the PATH.
  */
 import { execFileSync, spawn } from 'node:child_process'
@@ -26,7 +28,7 @@ import { waitForReadyLine, type ChildExit } from '../src/cli/ready-line.js'
 import { openBenchDatabase } from './database.js'
 import { startCli } from './processes.js'
 
-const { values } = parseArgs({ options: { cell: { type: 'string', default: 'fresh,replay' }, requests: { type: 'string', default: '1000' }, warm: { type: 'string', default: '1500' }, against: { type: 'string' } } })
+const { values } = parseArgs({ options: { cell: { type: 'string', default: 'fresh,replay' }, requests: { type: 'string', default: '1000' }, warm: { type: 'string', default: '1500' }, against: { type: 'string' }, strategy: { type: 'string', default: 'atomic-phases' } } })
 const cells = values.cell.split(',')
 for (const cell of cells) if (cell !== 'fresh' && cell !== 'replay') throw new Error(`--cell takes fresh and replay, not ${cell}`)
 const requests = positive('--requests', values.requests)
@@ -62,7 +64,7 @@ try {
 async function count(root: string, cell: string, index: number): Promise<number> {
   const directory = await mkdtemp(path.join(tmpdir(), 'oncely-instructions-'))
   const schema = `bench_instructions_${index}_${cell}`
-  const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${directory}/out.%p`, process.execPath, path.join(root, 'dist/cli/main.js'), 'serve', '--port', '0', '--database-url', database.url, '--schema', schema, '--provider-url', provider.url], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${directory}/out.%p`, process.execPath, path.join(root, 'dist/cli/main.js'), 'serve', '--port', '0', '--database-url', database.url, '--schema', schema, '--provider-url', provider.url, '--strategy', values.strategy], { stdio: ['ignore', 'pipe', 'pipe'] })
   let output = ''
   const keep = (chunk: string) => (output = (output + chunk).slice(-16_384))
   child.stdout.setEncoding('utf8').on('data', keep)

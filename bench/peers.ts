@@ -1,6 +1,6 @@
 import { fileURLToPath } from 'node:url'
 import { interleaved } from './closed-loop.js'
-import { backendsCpu, BODY, createHolds, deleteRedisEntries, expectStatus, HOLD_MS, loadRun, OTHER_BODY, type LoadRun } from './http-load.js'
+import { backendsCpu, BODY, createHolds, deleteRedisEntries, expectStatus, HOLD_MS, loadRun, OTHER_BODY, spreadBodies, type LoadRun } from './http-load.js'
 import { startCli, startProgram, type BenchProcess } from './processes.js'
 import { peerFigures, type PeerCell } from './peers-report.js'
 import type { Figure } from './report.js'
@@ -13,8 +13,14 @@ const EXPRESS_SCHEMA = `bench_peers_express_${process.pid}`
 const LEAN_SCHEMA = `bench_peers_lean_${process.pid}`
 const PEER_PREFIX = `bench-peer-${process.pid}`
 
-export type Cell = 'fresh' | 'replay' | 'conflict' | 'mismatch'
-const EXPECTED: Record<Cell, number> = { fresh: 201, replay: 201, conflict: 409, mismatch: 422 }
+/**
+ * `fresh-spread`: fresh charges spread over `SPREAD_CUSTOMERS` customers. Every other cell's
+ * charges are for one customer, whose `charge.succeeded` events take turns on one ordering lock
+ * from enqueue to commit (docs/outbox.md, Order); this one shows the service without that queue.
+ */
+export type Cell = 'fresh' | 'fresh-spread' | 'replay' | 'conflict' | 'mismatch'
+const EXPECTED: Record<Cell, number> = { fresh: 201, 'fresh-spread': 201, replay: 201, conflict: 409, mismatch: 422 }
+const SPREAD_CUSTOMERS = 64
 
 /** One process measured, on one route, in the cells it answers. */
 interface Target {
@@ -107,7 +113,7 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
     const targets: Target[] = [
       { name: 'express', process: plain, path: '/v1/charges', cells: ['fresh'] },
       { name: 'service none', process: none, path: '/v1/charges', cells: ['fresh'] },
-      { name: 'service', process: service, path: '/v1/charges', cells: all, holder: serviceHolds },
+      { name: 'service', process: service, path: '/v1/charges', cells: [...all, 'fresh-spread'], holder: serviceHolds },
       ...(redis ? [{ name: 'service + redis', process: redis, path: '/v1/charges', cells: all, holder: serviceHolds }] : []),
       { name: 'express + oncely', process: guarded, path: '/v1/charges', cells: all, holder: { url: `${guardedHolder.url}/v1/charges`, schema: EXPRESS_SCHEMA } },
       ...(peer ? [{ name: 'redis peer', process: peer, path: '/v1/charges', cells: ['fresh', 'replay'] as const }] : []),
@@ -120,8 +126,10 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
       if (target.cells.includes('replay')) await expectStatus(`${target.process.url}${target.path}`, 'bench-peers-done', 201)
     }
     const cells = targets.flatMap((target) => target.cells.map((cell) => ({ target, cell, name: `${target.name} ${cell}` })))
-    const prepare = async ({ target, cell }: (typeof cells)[number]): Promise<{ key: string | undefined; body: string }> => {
+    const spread = spreadBodies(SPREAD_CUSTOMERS)
+    const prepare = async ({ target, cell }: (typeof cells)[number]): Promise<{ key: string | undefined; body: string; bodies?: readonly string[] }> => {
       if (cell === 'fresh') return { key: undefined, body: BODY }
+      if (cell === 'fresh-spread') return { key: undefined, body: BODY, bodies: spread }
       if (cell === 'replay') return { key: 'bench-peers-done', body: BODY }
       if (cell === 'mismatch') return { key: 'bench-peers-done', body: OTHER_BODY }
       if (!target.holder) throw new Error(`${target.name}: a 409 cell needs a holder`)
