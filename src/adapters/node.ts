@@ -2,12 +2,13 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { invalid, positiveInteger } from '../option-validation.js'
 import { problem, PROBLEM_TYPES } from './answers.js'
 import { isJsonContentType } from './body.js'
-import { discardRequestBody } from './discard-body.js'
+import { readRequestBody } from './read-body.js'
 import { captureServerResponse, sendAnswer, setKeyTtl } from './capture-server-response.js'
 import { beginGuarded, responseClosed, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext } from './http.js'
 
 export { PROBLEM_TYPES } from './answers.js'
 export { discardRequestBody, type DiscardLimits } from './discard-body.js'
+export { readRequestBody, type BoundedBody } from './read-body.js'
 export type { AdapterOptions, CompletionWork, IdempotencyContext, OutcomeEvent } from './http.js'
 
 /** A matched route: its pattern and path parameters. */
@@ -62,7 +63,7 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
   const routeOf = options.route ?? ((req: IncomingMessage): RouteMatch => ({ pattern: new URL(req.url ?? '/', 'http://localhost').pathname }))
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const read = await readBody(req, maxBodyBytes)
+    const read = await readRequestBody(req, maxBodyBytes)
     if (read.kind === 'too-large') {
       const detail = `the request body exceeds ${maxBodyBytes} bytes`
       // A body left unread (too long, or too slow, to drain) leaves the connection unusable.
@@ -109,28 +110,6 @@ export function withIdempotency<Tx = unknown>(options: NodeAdapterOptions<Tx>, h
       else sendAnswer(res, problem({ status: 500, type: 'about:blank', title: 'Internal Server Error', detail: 'the request could not be processed', retryable: true, advice: NOT_KNOWN }))
     })
   }
-}
-
-/** Reads the body; `undefined` when it is longer than `limit` (the rest is drained unread). */
-/** The body read whole, or refused for its size: `drained` when the rest was read and dropped. */
-type ReadBody = { kind: 'read'; bytes: Buffer } | { kind: 'too-large'; drained: boolean }
-
-function readBody(req: IncomingMessage, limit: number): Promise<ReadBody> {
-  // A declared length past the limit is refused before a byte is buffered.
-  if (Number(req.headers['content-length']) > limit) return discardRequestBody(req).then((drained) => ({ kind: 'too-large', drained }))
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = []
-    let length = 0
-    const onData = (chunk: Buffer) => {
-      length += chunk.length
-      if (length <= limit) return void chunks.push(chunk)
-      req.off('data', onData).off('end', onEnd)
-      chunks.length = 0
-      void discardRequestBody(req).then((drained) => resolve({ kind: 'too-large', drained }))
-    }
-    const onEnd = () => resolve({ kind: 'read', bytes: Buffer.concat(chunks) })
-    req.on('data', onData).once('end', onEnd).once('error', reject)
-  })
 }
 
 function parseBody(req: IncomingMessage, raw: Buffer): unknown {

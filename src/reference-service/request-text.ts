@@ -7,8 +7,8 @@ import { requestHeader } from '../adapters/hono.js'
  * around the socket (undici, a web stream and an `AbortController` per request: a tenth of the
  * API's CPU, issue 21); a body whose `Content-Length` the body limit already checked is read from
  * Node's own message instead, and left in Hono's body cache, so `c.req.text()` (the idempotency
- * guard's read) answers from it. A chunked body goes through `c.req.text()`, where the body
- * limit's counting stream sits.
+ * guard's read) answers from it. A chunked body was read whole by the body limit, which left it
+ * in that cache too (`bodyLimitByLength`).
  */
 export async function requestText(c: Context): Promise<string> {
   const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming

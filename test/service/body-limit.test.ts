@@ -64,4 +64,12 @@ describe('the service body limit (issue 21)', () => {
     const followUp = 'POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok'
     expect(await sendOversizedBody(port, head, 2 * 1024 * 1024, followUp)).toEqual({ statuses: [413, 200], writeError: undefined })
   })
+
+  it('reads a refused chunked body to its end too, without a web Request: a streamed upload gets its 413, not a reset, and the connection carries the next request', async () => {
+    const head = 'POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n'
+    const followUp = 'POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok'
+    requests.reset()
+    expect(await sendOversizedBody(port, head, 2 * 1024 * 1024, followUp, 'chunked')).toEqual({ statuses: [413, 200], writeError: undefined })
+    expect(requests.count()).toBe(0)
+  })
 })
