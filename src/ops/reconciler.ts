@@ -70,8 +70,9 @@ export interface ReconcileOptions<Tx = unknown> {
    * How long the hook may hold one claim. Past it the reconciler gives the claim up as a handler
    * past `handlerDeadlineMs` does: its lease is no longer renewed, so a retry or the next run
    * takes it over once stale; the run goes on to the next claim (decision `error`), and a late
-   * `complete` or `fail` of that hook is refused with `ONCELY_HANDLER_DEADLINE_EXCEEDED`.
-   * (Default: the engine's `handlerDeadlineMs`)
+   * `complete` or `fail` of that hook is refused with `ONCELY_HANDLER_DEADLINE_EXCEEDED`. A
+   * `complete` or `fail` called before it (outside a `tx`) whose write lands after it is
+   * reported as what it stored. (Default: the engine's `handlerDeadlineMs`)
    */
   hookDeadlineMs?: number
   /** Called with each decision, e.g. `metrics.onReconcile`. (Default: none) */
@@ -206,16 +207,30 @@ async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Pr
     // A suspended claim keeps its id and loses the token; another claim, or none, means the key was freed.
     writer.write('suspending the claim', () => store.suspend(fence), (row) => row !== null && row.claimId === claim.claimId)
   let settled: 'completed' | 'failed' | undefined
+  // The hook's own outcome write while it is on its way: one sent before the deadline may still
+  // land after it (its fence holds until a retry takes the claim over), and the report must then
+  // say what landed, not that the claim was given up.
+  let storing: { status: 'completed' | 'failed'; landed: Promise<boolean> } | undefined
   const settle = (status: 'completed' | 'failed') => async (response: StoredResponse, settleOptions: { tx?: Tx } = {}) => {
-    if (settled !== undefined) throw invalid('complete/fail', `was already called (${settled})`, status)
+    if (settled !== undefined || storing !== undefined) throw invalid('complete/fail', `was already called (${settled ?? `${storing!.status}, being stored`})`, status)
     if (abandoned) throw new OncelyError('ONCELY_HANDLER_DEADLINE_EXCEEDED', `the reconciler's hook for key ${JSON.stringify(claim.key)} ran past hookDeadlineMs (${options.hookDeadlineMs} ms); the claim was given up and a retry takes it over`)
     const { tx } = settleOptions
-    // In the caller's transaction: one attempt, the caller owns its retries.
-    if (!(await (tx === undefined ? storeOutcome(status, response) : store.complete(fence, { status, response, tx })))) throw new LostClaim()
+    // In the caller's transaction: one attempt, the caller owns its retries (and its commit,
+    // which the run cannot wait for).
+    if (tx !== undefined) {
+      if (!(await store.complete(fence, { status, response, tx }))) throw new LostClaim()
+      settled = status
+      return
+    }
+    storing = { status, landed: storeOutcome(status, response) }
+    if (!(await storing.landed)) throw new LostClaim()
     settled = status
   }
-  const stepKey = (step: string) => deriveStepKey({ scope: claim.scope, key: claim.key, claimId: claim.claimId, step })
   const gaveUp = { ...base, decision: 'error' as const, detail: `the hook ran past hookDeadlineMs (${options.hookDeadlineMs} ms): the claim was given up, and a retry or the next run takes it over once stale` }
+  const stored = (status: 'completed' | 'failed') => ({ ...base, decision: status, detail: `${status}: the hook found the outcome and stored it` })
+  /** Past the deadline: the outcome an already sent write stored once it has landed, else the give-up. */
+  const afterDeadline = async () => (storing !== undefined && (await storing.landed.catch(() => false)) ? stored(storing.status) : gaveUp)
+  const stepKey = (step: string) => deriveStepKey({ scope: claim.scope, key: claim.key, claimId: claim.claimId, step })
   try {
     const hookRun = (async () => options.hook({
       ...base,
@@ -234,8 +249,8 @@ async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Pr
     }))()
     // The abandoned hook may still end, or throw, after the run has gone on.
     hookRun.catch(() => undefined)
-    if ((await Promise.race([hookRun, deadlinePassed])) === 'deadline' || (abandoned && settled === undefined)) return gaveUp
-    if (settled !== undefined) return { ...base, decision: settled, detail: `${settled}: the hook found the outcome and stored it` }
+    if ((await Promise.race([hookRun, deadlinePassed])) === 'deadline' || (abandoned && settled === undefined)) return afterDeadline()
+    if (settled !== undefined) return stored(settled)
     if (expired) {
       if (!(await storeOutcome('failed', options.expiredResponse))) throw new LostClaim()
       return { ...base, decision: 'expired', detail: `nothing found and the key is past its TTL: settled as failed (${options.expiredResponse.status})` }
@@ -244,7 +259,7 @@ async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Pr
     return { ...base, decision: 'unresolved', detail: 'nothing found: left suspended with the same identity, so a retry resumes with the same provider keys' }
   } catch (error) {
     if (error instanceof LostClaim) return { ...base, decision: 'skipped', detail: 'a retry took the claim over while the hook ran; it settles it' }
-    if (abandoned && settled === undefined) return gaveUp
+    if (abandoned && settled === undefined) return afterDeadline()
     // Invariant 7: an unknown outcome is kept resumable, never forgotten.
     if (settled === undefined) await suspend().catch(() => false)
     return { ...base, decision: 'error', detail: `the hook failed, claim left suspended: ${error instanceof Error ? error.message : String(error)}` }

@@ -5,6 +5,7 @@ import { inspectKey } from '../../src/ops/keys.js'
 import { reconcileStuckClaims, type ReconcileClaim, type ReconcileHook } from '../../src/ops/reconciler.js'
 import { withTransaction, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { startTcpProxy } from '../helpers/tcp-proxy.js'
 import { latch } from '../helpers/deferred.js'
 import { engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
 import { deadClaim as makeDeadClaim } from './support/dead-claim.js'
@@ -175,6 +176,47 @@ describe('reconcileStuckClaims', () => {
     const retry = await engine.begin({ scope, key: 'hung', fingerprint })
     expect(retry).toMatchObject({ kind: 'execute', execution: { how: 'take-over' } })
     if (retry.kind === 'execute') await retry.execution.complete(jsonResponse(201, '{"by":"retry"}'))
+  })
+
+  it('an outcome the hook sent before hookDeadlineMs that lands after it is reported as stored, not as given up', async () => {
+    const scope = newScope()
+    await deadClaim(scope, 'late-landing')
+    const proxy = await startTcpProxy(db.url)
+    const pool = new pg.Pool({ connectionString: proxy.url, max: 4 })
+    pool.on('error', () => undefined)
+    try {
+      const short = 1000
+      const { engine } = engineOn(db, { staleAfterMs: short }, pool)
+      // The completion (its statement's name ends a Parse's or a Bind's name field) waits in the
+      // proxy well past the deadline, then reaches PostgreSQL; its fence still holds, as no retry
+      // took the claim over.
+      const late = proxy.holdNext('_complete\u0000')
+      let second: unknown
+      const reported = reconcileStuckClaims({
+        engine,
+        database: { pool, schema: db.schema },
+        olderThanMs: short,
+        hookDeadlineMs: 300,
+        log: quiet,
+        hook: async (stuck) => {
+          if (stuck.scope !== scope) return
+          const first = stuck.complete(jsonResponse(201, '{"id":"ch_late"}'))
+          // A second outcome while the first is on its way is refused, as one after it is.
+          second = await stuck.fail(jsonResponse(500, '{}')).catch((error: unknown) => error)
+          await first
+        },
+      })
+      await late.held
+      await new Promise((resolve) => setTimeout(resolve, 1200))
+      late.release()
+      expect((await reported).filter((r) => r.scope === scope)).toMatchObject([{ key: 'late-landing', decision: 'completed', detail: 'completed: the hook found the outcome and stored it' }])
+      expect(second).toMatchObject({ code: 'ONCELY_INVALID_OPTION', message: expect.stringContaining('was already called (completed, being stored)') as unknown })
+      const replay = await engineOn(db).engine.begin({ scope, key: 'late-landing', fingerprint })
+      expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_late"}')
+    } finally {
+      await pool.end()
+      await proxy.close()
+    }
   })
 
   it('refuses a hookDeadlineMs that is not a positive integer', async () => {
