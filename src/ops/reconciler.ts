@@ -222,14 +222,25 @@ async function reconcileOne<Tx>(options: Resolved<Tx>, row: ReconcilableRow): Pr
       settled = status
       return
     }
-    storing = { status, landed: storeOutcome(status, response) }
-    if (!(await storing.landed)) throw new LostClaim()
+    const attempt = { status, landed: storeOutcome(status, response) }
+    storing = attempt
+    let landed = false
+    try {
+      landed = await attempt.landed
+    } finally {
+      // A write that failed stored nothing: the hook may call again (a transient error it retries).
+      if (!landed) storing = undefined
+    }
+    if (!landed) throw new LostClaim()
     settled = status
   }
   const gaveUp = { ...base, decision: 'error' as const, detail: `the hook ran past hookDeadlineMs (${options.hookDeadlineMs} ms): the claim was given up, and a retry or the next run takes it over once stale` }
   const stored = (status: 'completed' | 'failed') => ({ ...base, decision: status, detail: `${status}: the hook found the outcome and stored it` })
   /** Past the deadline: the outcome an already sent write stored once it has landed, else the give-up. */
-  const afterDeadline = async () => (storing !== undefined && (await storing.landed.catch(() => false)) ? stored(storing.status) : gaveUp)
+  const afterDeadline = async () => {
+    const pending = storing
+    return pending !== undefined && (await pending.landed.catch(() => false)) ? stored(pending.status) : gaveUp
+  }
   const stepKey = (step: string) => deriveStepKey({ scope: claim.scope, key: claim.key, claimId: claim.claimId, step })
   try {
     const hookRun = (async () => options.hook({

@@ -219,6 +219,41 @@ describe('reconcileStuckClaims', () => {
     }
   })
 
+  it('a complete whose write failed stored nothing: the hook may call it again once the database is back', async () => {
+    const scope = newScope()
+    await deadClaim(scope, 'second-try')
+    const proxy = await startTcpProxy(db.url)
+    const pool = new pg.Pool({ connectionString: proxy.url, max: 4 })
+    pool.on('error', () => undefined)
+    try {
+      const short = 1000
+      const { engine } = engineOn(db, { staleAfterMs: short }, pool)
+      let firstError: unknown
+      const reports = await reconcileStuckClaims({
+        engine,
+        database: { pool, schema: db.schema },
+        olderThanMs: short,
+        hookDeadlineMs: 20_000,
+        log: quiet,
+        hook: async (stuck) => {
+          if (stuck.scope !== scope) return
+          // The database goes away: the write is retried for as long as the lease allows, then given up.
+          proxy.cut()
+          firstError = await stuck.complete(jsonResponse(201, '{"try":1}')).catch((error: unknown) => error)
+          proxy.restore()
+          await stuck.complete(jsonResponse(201, '{"try":2}'))
+        },
+      })
+      expect(firstError).toMatchObject({ code: 'ONCELY_STORE_UNAVAILABLE' })
+      expect(reports.filter((r) => r.scope === scope)).toMatchObject([{ key: 'second-try', decision: 'completed' }])
+      const replay = await engineOn(db).engine.begin({ scope, key: 'second-try', fingerprint })
+      expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"try":2}')
+    } finally {
+      await pool.end()
+      await proxy.close()
+    }
+  })
+
   it('refuses a hookDeadlineMs that is not a positive integer', async () => {
     const { engine } = engineOn(db, { staleAfterMs: STALE })
     const error: unknown = await reconcileStuckClaims({ engine, database: { pool: db.pool, schema: db.schema }, hook: async () => {}, hookDeadlineMs: 0 }).catch((caught: unknown) => caught)
