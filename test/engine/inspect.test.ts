@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest, type Engine } from '../../src/index.js'
-import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
+import { createPostgresStore, type PoolLike, type Queryable, type QueryConfig, type QueryResult } from '../../src/store/postgres/index.js'
 import { countingPool, type CountingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { ageClaim, jsonResponse, keyTable, owned, storeClaim } from '../helpers/engine.js'
@@ -108,5 +108,36 @@ describe('engine.inspect', () => {
     await suspended.suspend()
     await past(suspendedKey)
     expect(await inspect('u5', suspendedKey)).toMatchObject({ state: 'suspended', stale: false, expired: false })
+  })
+
+  it('calls a lease exactly staleAfterMs old stale, and a settled key exactly at its expiry expired, as a retry would take it', async () => {
+    // The times are the database's at the read (now() - locked_at, expires_at - now()). Read on
+    // one connection inside one transaction, now() is that transaction's start for every
+    // statement, so a row written at now() minus staleAfterMs reads back exactly that old.
+    const runningKey = randomUUID()
+    const settledKey = randomUUID()
+    await storeClaim(createPostgresStore({ pool: db.pool, schema: db.schema }), { scope: 'u6', key: runningKey, fingerprint })
+    await owned(await engine.begin({ scope: 'u6', key: settledKey, fingerprint })).complete(jsonResponse(201, '{}'))
+    const client = await db.pool.connect()
+    try {
+      await client.query('BEGIN')
+      await client.query(`UPDATE ${keyTable(db)} SET locked_at = now() - interval '30000 milliseconds' WHERE scope = 'u6' AND key = $1`, [runningKey])
+      await client.query(`UPDATE ${keyTable(db)} SET expires_at = now() WHERE scope = 'u6' AND key = $1`, [settledKey])
+      const inTransaction: PoolLike = {
+        async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
+          const result: QueryResult<unknown> = await client.query(config)
+          return result as QueryResult<R>
+        },
+        connect: () => Promise.reject(new Error('inspect reads through query() alone')),
+      }
+      const reader = createEngine({ store: createPostgresStore({ pool: inTransaction, schema: db.schema, listen: false }), staleAfterMs: 30_000 })
+      expect(await reader.inspect({ scope: 'u6', key: runningKey })).toMatchObject({ state: 'running', leaseAgeMs: 30_000, stale: true })
+      const settled = await reader.inspect({ scope: 'u6', key: settledKey })
+      expect(settled).toMatchObject({ state: 'completed', expired: true })
+      expect(Math.abs(settled?.expiresInMs ?? NaN)).toBe(0)
+    } finally {
+      await client.query('ROLLBACK')
+      client.release()
+    }
   })
 })
