@@ -171,6 +171,37 @@ describe('engine.begin with waitMs', () => {
     await first.release()
   })
 
+  it('a row that another request holds now under another body is 422 from the read that finds it, with no claim statement after it', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    // Each read of the waiter is held until the key has changed hands: the first request lets
+    // it go and a request with another body claims it, so no read can find the key free.
+    const reading = deferred()
+    const changed = deferred()
+    let claims = 0
+    const held: IdempotencyStore<Queryable> = {
+      ...store,
+      async claim(request) {
+        claims++
+        return store.claim(request)
+      },
+      async read(scope, readKey) {
+        reading.resolve()
+        await changed.promise
+        return store.read(scope, readKey)
+      },
+    }
+    const waiting = waiterOn(held).begin({ scope: 'u1', key, fingerprint }, { waitMs: 600_000 })
+    await reading.promise
+    await first.release()
+    const third = owned(await engine.begin({ scope: 'u1', key, fingerprint: other }))
+    changed.resolve()
+    expect(await waiting).toMatchObject({ kind: 'mismatch' })
+    expect(claims).toBe(1)
+    await third.release()
+  })
+
   it('refuses a waitMs that is not a number of milliseconds, naming it and the rule', async () => {
     const { engine } = engineOn(db)
     for (const waitMs of [-1, Number.NaN, Number.POSITIVE_INFINITY, '100' as unknown as number]) {
