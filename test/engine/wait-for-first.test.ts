@@ -1,6 +1,6 @@
 import { getEventListeners } from 'node:events'
 import pg from 'pg'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createEngine, fingerprintRequest, type Decision, type Engine, type IdempotencyStore } from '../../src/index.js'
 import { createRedisCache, withRedisCache } from '../../src/redis/index.js'
 import type { ClaimWatch } from '../../src/engine/store.js'
@@ -200,6 +200,37 @@ describe('engine.begin with waitMs', () => {
     expect(await waiting).toMatchObject({ kind: 'mismatch' })
     expect(claims).toBe(1)
     await third.release()
+  })
+
+  it('once waitMs has passed to the millisecond, answers the 409 of the last read and reads no more', async () => {
+    const key = newKey()
+    const { engine, store } = engineOn(db, { staleAfterMs: 30_000 })
+    const first = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+    // performance.now() stands still unless the test moves it: the first read returns (the claim
+    // still in flight) exactly waitMs after the wait began, and only then does the first request
+    // complete, so a read after the bound would replay it.
+    vi.useFakeTimers({ toFake: ['performance'] })
+    try {
+      let reads = 0
+      const timed: IdempotencyStore<Queryable> = {
+        ...store,
+        async read(scope, readKey) {
+          reads++
+          const snapshot = await store.read(scope, readKey)
+          if (reads === 1) {
+            vi.advanceTimersByTime(5_000)
+            await first.complete(jsonResponse(201, '{"id":"ch_1"}'))
+          }
+          return snapshot
+        },
+      }
+      const decision = await waiterOn(timed).begin({ scope: 'u1', key, fingerprint }, { waitMs: 5_000 })
+      expect(decision).toEqual({ kind: 'conflict', retryAfterSeconds: 1 })
+      expect(reads).toBe(1)
+    } finally {
+      vi.useRealTimers()
+    }
+    expect((await engine.begin({ scope: 'u1', key, fingerprint })).kind).toBe('replay')
   })
 
   it('refuses a waitMs that is not a number of milliseconds, naming it and the rule', async () => {
