@@ -1,3 +1,4 @@
+import net from 'node:net'
 import pg from 'pg'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { flight, transaction } from '../../src/store/postgres/statement-runner.js'
@@ -64,4 +65,17 @@ it("a connection that broke, given back to a pool that does not watch it, keeps 
   // unexpectedly"), which an EventEmitter without a listener would throw out of the process.
   expect((await late).message).toMatch(/terminat/i)
   expect(client.listenerCount('error')).toBe(1)
+})
+
+it("a node-postgres connection over a socket that cannot cork (pg-cloudflare's is an EventEmitter) runs a flight and a transaction, pipelining or not", async () => {
+  for (const pipeline of [false, true]) {
+    // node-postgres corks only a stream that has `cork` (its query.js); this one has none.
+    const pool = db.newPool(1, { pipeline, stream: () => Object.defineProperties(new net.Socket(), { cork: { value: undefined }, uncork: { value: undefined } }) })
+    const results = await flight(pool, 'BEGIN', 5000, [insert(`uncorked-flight-${pipeline}`), { text: 'SELECT count(*)::int AS n FROM entries WHERE id = $1', values: [`uncorked-flight-${pipeline}`] }])
+    expect(results.map((result) => result.rows)).toEqual([[], [{ n: 1 }]])
+    await transaction(pool, 'BEGIN', 5000, async (tx) => {
+      await Promise.all([tx.query(insert(`uncorked-transaction-${pipeline}-a`)), tx.query(insert(`uncorked-transaction-${pipeline}-b`))])
+    })
+    expect([await present(`uncorked-transaction-${pipeline}-a`), await present(`uncorked-transaction-${pipeline}-b`)]).toEqual([1, 1])
+  }
 })
