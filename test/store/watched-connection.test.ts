@@ -79,3 +79,19 @@ it("a node-postgres connection over a socket that cannot cork (pg-cloudflare's i
     expect([await present(`uncorked-transaction-${pipeline}-a`), await present(`uncorked-transaction-${pipeline}-b`)]).toEqual([1, 1])
   }
 })
+
+it("a plain connection's statements leave from node-postgres's own answer, as from its queue: the driver is idle ('drain') only after the COMMIT", async () => {
+  const pool = db.newPool(1)
+  const client = await pool.connect()
+  let drains = 0
+  client.on('drain', () => drains++)
+  client.release()
+  await flight(pool, 'BEGIN', 5000, [insert('drain-flight-a'), insert('drain-flight-b')])
+  expect(drains).toBe(1)
+  await transaction(pool, 'BEGIN', 5000, async (tx) => {
+    await Promise.all([tx.query(insert('drain-transaction-a')), tx.query(insert('drain-transaction-b'))])
+  })
+  // BEGIN alone (it is awaited on a plain connection), the two writes back to back, then COMMIT.
+  expect(drains).toBe(4)
+  expect([await present('drain-flight-b'), await present('drain-transaction-b')]).toEqual([1, 1])
+})
