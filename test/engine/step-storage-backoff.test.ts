@@ -67,4 +67,23 @@ describe('backoff', () => {
     expect(error).toBeInstanceOf(OncelyError)
     expect(error).toMatchObject({ code: 'ONCELY_STORE_UNAVAILABLE', message: 'the claim: the database stayed unavailable (ECONNRESET: connection reset)', cause: last })
   })
+
+  it('gives up too when the next try would start exactly at the deadline', async () => {
+    vi.spyOn(Math, 'random').mockReturnValue(1)
+    // performance.now() stands still: the first pause (25 ms) ends on the deadline to the
+    // millisecond, and a second try would settle.
+    vi.useFakeTimers({ toFake: ['performance'] })
+    try {
+      const deadline = performance.now() + 25
+      let attempts = 0
+      const outcome = await retryTransient('the claim', () => true, () => deadline, async () => {
+        if (++attempts === 1) throw new Error('transient')
+        return 'settled'
+      }).catch((e: unknown) => e)
+      expect(attempts).toBe(1)
+      expect(outcome).toMatchObject({ code: 'ONCELY_STORE_UNAVAILABLE' })
+    } finally {
+      vi.useRealTimers()
+    }
+  })
 })
