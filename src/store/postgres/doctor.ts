@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import type { PoolLike, Queryable } from './executor.js'
 import { withTransaction } from './statement-runner.js'
 import { loadMigrations } from './migrate.js'
-import { isScopePartitionKey, MAX_PARTITIONS, PARTITION_KEY, readKeyTableLayout } from './partitions.js'
+import { isPartitionCount, isScopePartitionKey, PARTITION_KEY, readKeyTableLayout } from './partitions.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 import {
   APPLIED_MIGRATIONS,
@@ -71,7 +71,7 @@ export async function checkSchema(options: { pool: PoolLike; schema?: string }):
   }
   const scratch = `oncely_doctor_${randomBytes(6).toString('hex')}`
   // Partitioned with no partition yet (created by hand): expected plain, so each difference is listed.
-  const partitions = layout.kind === 'partitioned' && layout.partitions >= 2 && layout.partitions <= MAX_PARTITIONS ? layout.partitions : undefined
+  const partitions = layout.kind === 'partitioned' && isPartitionCount(layout.partitions) ? layout.partitions : undefined
   const expected = await expectedCatalog(options.pool, scratch, partitions)
   compare(problems, 'column', live.columns, expected.columns, (row) => `${row.table_name}.${row.column_name}`, (row) => `${row.data_type} ${row.is_nullable === 'YES' ? 'null' : 'not null'} default ${row.column_default ?? 'none'}`)
   compare(problems, 'index', live.indexes, expected.indexes, (row) => `${row.table_name}: ${row.index_name}`, (row) => row.definition)

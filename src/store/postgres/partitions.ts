@@ -34,9 +34,14 @@ export const KEY_TABLE_MIGRATION = 1
 
 export type KeyTableLayout = { kind: 'absent' } | { kind: 'plain' } | { kind: 'partitioned'; partitionKey: string; partitions: number }
 
+/** Whether `value` is a partition count oncely makes and checks: a whole number from 2 to `MAX_PARTITIONS`. */
+export function isPartitionCount(value: unknown): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 2 && value <= MAX_PARTITIONS
+}
+
 export function resolvePartitions(value: unknown): number | undefined {
   if (value === undefined) return undefined
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 2 || value > MAX_PARTITIONS) {
+  if (!isPartitionCount(value)) {
     throw invalid('partitions', `must be an integer from 2 to ${MAX_PARTITIONS}`, value)
   }
   return value
