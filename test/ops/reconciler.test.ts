@@ -5,7 +5,7 @@ import { inspectKey } from '../../src/ops/keys.js'
 import { reconcileStuckClaims, type ReconcileClaim, type ReconcileHook } from '../../src/ops/reconciler.js'
 import { withTransaction, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
-import { startTcpProxy } from '../helpers/tcp-proxy.js'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { latch } from '../helpers/deferred.js'
 import { engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
 import { deadClaim as makeDeadClaim } from './support/dead-claim.js'
@@ -30,6 +30,33 @@ const deadClaim = (scope: string, key: string, step?: string) => makeDeadClaim(d
 function reconcile(hook: ReconcileHook<Queryable>, pool: pg.Pool = db.pool) {
   const { engine } = engineOn(db, { staleAfterMs: STALE }, pool)
   return reconcileStuckClaims({ engine, database: { pool, schema: db.schema }, hook, olderThanMs: STALE, log: quiet })
+}
+
+const SHORT_STALE = 1000
+
+/**
+ * Runs the reconciler (stale threshold `SHORT_STALE`) on a pool through a TCP proxy of the
+ * test's own: `arm` gets the proxy before the run starts, `during` while it runs.
+ */
+async function reconcileThroughProxy(run: {
+  hookDeadlineMs: number
+  hook: ReconcileHook<Queryable>
+  arm?: (proxy: TcpProxy) => void
+  during?: () => Promise<void>
+}) {
+  const proxy = await startTcpProxy(db.url)
+  const pool = new pg.Pool({ connectionString: proxy.url, max: 4 })
+  pool.on('error', () => undefined)
+  try {
+    const { engine } = engineOn(db, { staleAfterMs: SHORT_STALE }, pool)
+    run.arm?.(proxy)
+    const reported = reconcileStuckClaims({ engine, database: { pool, schema: db.schema }, olderThanMs: SHORT_STALE, hookDeadlineMs: run.hookDeadlineMs, log: quiet, hook: run.hook })
+    await run.during?.()
+    return await reported
+  } finally {
+    await pool.end()
+    await proxy.close()
+  }
 }
 
 describe('reconcileStuckClaims', () => {
@@ -181,77 +208,54 @@ describe('reconcileStuckClaims', () => {
   it('an outcome the hook sent before hookDeadlineMs that lands after it is reported as stored, not as given up', async () => {
     const scope = newScope()
     await deadClaim(scope, 'late-landing')
-    const proxy = await startTcpProxy(db.url)
-    const pool = new pg.Pool({ connectionString: proxy.url, max: 4 })
-    pool.on('error', () => undefined)
-    try {
-      const short = 1000
-      const { engine } = engineOn(db, { staleAfterMs: short }, pool)
+    let late: ReturnType<TcpProxy['holdNext']> | undefined
+    let second: unknown
+    const reports = await reconcileThroughProxy({
+      hookDeadlineMs: 300,
+      hook: async (stuck) => {
+        if (stuck.scope !== scope) return
+        const first = stuck.complete(jsonResponse(201, '{"id":"ch_late"}'))
+        // A second outcome while the first is on its way is refused, as one after it is.
+        second = await stuck.fail(jsonResponse(500, '{}')).catch((error: unknown) => error)
+        await first
+      },
       // The completion (its statement's name ends a Parse's or a Bind's name field) waits in the
       // proxy well past the deadline, then reaches PostgreSQL; its fence still holds, as no retry
       // took the claim over.
-      const late = proxy.holdNext('_complete\u0000')
-      let second: unknown
-      const reported = reconcileStuckClaims({
-        engine,
-        database: { pool, schema: db.schema },
-        olderThanMs: short,
-        hookDeadlineMs: 300,
-        log: quiet,
-        hook: async (stuck) => {
-          if (stuck.scope !== scope) return
-          const first = stuck.complete(jsonResponse(201, '{"id":"ch_late"}'))
-          // A second outcome while the first is on its way is refused, as one after it is.
-          second = await stuck.fail(jsonResponse(500, '{}')).catch((error: unknown) => error)
-          await first
-        },
-      })
-      await late.held
-      await new Promise((resolve) => setTimeout(resolve, 1200))
-      late.release()
-      expect((await reported).filter((r) => r.scope === scope)).toMatchObject([{ key: 'late-landing', decision: 'completed', detail: 'completed: the hook found the outcome and stored it' }])
-      expect(second).toMatchObject({ code: 'ONCELY_INVALID_OPTION', message: expect.stringContaining('was already called (completed, being stored)') as unknown })
-      const replay = await engineOn(db).engine.begin({ scope, key: 'late-landing', fingerprint })
-      expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_late"}')
-    } finally {
-      await pool.end()
-      await proxy.close()
-    }
+      arm: (proxy) => void (late = proxy.holdNext('_complete\u0000')),
+      during: async () => {
+        await late?.held
+        await new Promise((resolve) => setTimeout(resolve, 1200))
+        late?.release()
+      },
+    })
+    expect(reports.filter((r) => r.scope === scope)).toMatchObject([{ key: 'late-landing', decision: 'completed', detail: 'completed: the hook found the outcome and stored it' }])
+    expect(second).toMatchObject({ code: 'ONCELY_INVALID_OPTION', message: expect.stringContaining('was already called (completed, being stored)') as unknown })
+    const replay = await engineOn(db).engine.begin({ scope, key: 'late-landing', fingerprint })
+    expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_late"}')
   })
 
   it('a complete whose write failed stored nothing: the hook may call it again once the database is back', async () => {
     const scope = newScope()
     await deadClaim(scope, 'second-try')
-    const proxy = await startTcpProxy(db.url)
-    const pool = new pg.Pool({ connectionString: proxy.url, max: 4 })
-    pool.on('error', () => undefined)
-    try {
-      const short = 1000
-      const { engine } = engineOn(db, { staleAfterMs: short }, pool)
-      let firstError: unknown
-      const reports = await reconcileStuckClaims({
-        engine,
-        database: { pool, schema: db.schema },
-        olderThanMs: short,
-        hookDeadlineMs: 20_000,
-        log: quiet,
-        hook: async (stuck) => {
-          if (stuck.scope !== scope) return
-          // The database goes away: the write is retried for as long as the lease allows, then given up.
-          proxy.cut()
-          firstError = await stuck.complete(jsonResponse(201, '{"try":1}')).catch((error: unknown) => error)
-          proxy.restore()
-          await stuck.complete(jsonResponse(201, '{"try":2}'))
-        },
-      })
-      expect(firstError).toMatchObject({ code: 'ONCELY_STORE_UNAVAILABLE' })
-      expect(reports.filter((r) => r.scope === scope)).toMatchObject([{ key: 'second-try', decision: 'completed' }])
-      const replay = await engineOn(db).engine.begin({ scope, key: 'second-try', fingerprint })
-      expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"try":2}')
-    } finally {
-      await pool.end()
-      await proxy.close()
-    }
+    let firstError: unknown
+    let proxied: TcpProxy | undefined
+    const reports = await reconcileThroughProxy({
+      hookDeadlineMs: 20_000,
+      hook: async (stuck) => {
+        if (stuck.scope !== scope) return
+        // The database goes away: the write is retried for as long as the lease allows, then given up.
+        proxied?.cut()
+        firstError = await stuck.complete(jsonResponse(201, '{"try":1}')).catch((error: unknown) => error)
+        proxied?.restore()
+        await stuck.complete(jsonResponse(201, '{"try":2}'))
+      },
+      arm: (proxy) => void (proxied = proxy),
+    })
+    expect(firstError).toMatchObject({ code: 'ONCELY_STORE_UNAVAILABLE' })
+    expect(reports.filter((r) => r.scope === scope)).toMatchObject([{ key: 'second-try', decision: 'completed' }])
+    const replay = await engineOn(db).engine.begin({ scope, key: 'second-try', fingerprint })
+    expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"try":2}')
   })
 
   it('refuses a hookDeadlineMs that is not a positive integer', async () => {
