@@ -95,6 +95,14 @@ describe('oncely sweep', () => {
 })
 
 describe('oncely --version', () => {
+  it('migrate --partitions takes a whole number from 2 to 1024 and refuses any other with exit 2', async () => {
+    for (const partitions of ['1', '1025', '0x10', '2.5']) {
+      const result = await runCli(['migrate', '--dry-run', '--partitions', partitions])
+      expect(result).toMatchObject({ code: 2, stderr: expect.stringContaining(`--partitions must be an integer from 2 to 1024, got "${partitions}"`) as unknown })
+    }
+    for (const partitions of ['2', '1024']) expect((await runCli(['migrate', '--dry-run', '--partitions', partitions])).code).toBe(0)
+  })
+
   it("prints the package's version", async () => {
     const { version } = JSON.parse(await readFile(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }
     expect(await runCli(['--version'])).toMatchObject({ code: 0, stdout: `${version}\n` })

@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util'
 import { migrate, migrationSql } from '../../store/postgres/index.js'
-import { MAX_PARTITIONS } from '../../store/postgres/partitions.js'
+import { isPartitionCount, MAX_PARTITIONS } from '../../store/postgres/partitions.js'
 import { EXIT, UsageError, type Command } from '../command.js'
 import { DATABASE_FLAGS, DATABASE_HELP, openDatabase, reportDatabaseFailure } from '../database.js'
 
@@ -26,7 +26,7 @@ exit codes:
   async run(argv) {
     const { values } = parseArgs({ args: argv, options: { ...DATABASE_FLAGS, 'dry-run': { type: 'boolean' }, partitions: { type: 'string' } }, strict: true })
     const partitions = values.partitions === undefined ? undefined : Number(values.partitions)
-    if (partitions !== undefined && (!/^\d+$/.test(values.partitions ?? '') || partitions < 2 || partitions > MAX_PARTITIONS)) {
+    if (partitions !== undefined && (!/^\d+$/.test(values.partitions ?? '') || !isPartitionCount(partitions))) {
       throw new UsageError(`--partitions must be an integer from 2 to ${MAX_PARTITIONS}, got ${JSON.stringify(values.partitions)}`)
     }
     if (values['dry-run']) {
