@@ -26,7 +26,7 @@ describe('round trips per outcome (DESIGN.md cost budget)', () => {
   it('a fresh key: one statement for the claim, one for a plain completion', async () => {
     const { pool, engine } = setup()
     const execution = owned(await engine.begin({ scope: 'u1', key: 'rt-fresh', fingerprint }))
-    expect(pool.statements).toEqual(['WITH inserted'])
+    expect(pool.statements).toEqual(['WITH existing'])
     await execution.complete(jsonResponse(201, '{}'))
     expect(pool.statements).toHaveLength(2)
     expect(pool.statements[1]).toMatch(/^UPDATE /)
@@ -40,7 +40,7 @@ describe('round trips per outcome (DESIGN.md cost budget)', () => {
       return { response: jsonResponse(201, '{"id":"ch_rt"}'), value: undefined }
     })
     // BEGIN carries the store's SET LOCAL timeouts in the same simple query: one round trip.
-    expect(pool.statements).toEqual(['WITH inserted', pool.statements[1], 'INSERT INTO', pool.statements[3], 'COMMIT'])
+    expect(pool.statements).toEqual(['WITH existing', pool.statements[1], 'INSERT INTO', pool.statements[3], 'COMMIT'])
     expect(pool.statements[1]).toMatch(/^BEGIN\b/)
     expect(pool.statements[3]).toMatch(/^UPDATE /)
   })
@@ -57,7 +57,7 @@ describe('round trips per outcome (DESIGN.md cost budget)', () => {
     const probe = kind === 'mismatch' ? fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 2 } }) : fingerprint
     const decision = await engine.begin({ scope: 'u1', key, fingerprint: probe })
     expect(decision.kind).toBe(kind)
-    expect(pool.statements).toEqual(['WITH inserted'])
+    expect(pool.statements).toEqual(['WITH existing'])
     if (kind === 'conflict') await execution.release()
   })
 })

@@ -30,7 +30,7 @@ function watchedPool(pool: pg.Pool, limit = 20): PoolLike & { claims: () => numb
   return {
     claims: () => claims,
     async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
-      if (config.text.trimStart().startsWith('WITH inserted')) {
+      if (config.text.trimStart().startsWith('WITH existing')) {
         claims++
         if (claims > limit) throw new Error(`more than ${limit} claim statements`)
       }
@@ -151,6 +151,39 @@ describe('the claim loop (store.claim)', () => {
     } finally {
       await locker.query('ROLLBACK').catch(() => undefined)
       locker.release()
+    }
+  })
+})
+
+describe('a claim of a key already there (issue 21)', () => {
+  it('reads the row and proposes no insert: a BEFORE INSERT trigger fires for a new key only, not for a claim in flight or a completed key', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const schema = `"${db.schema.replaceAll('"', '""')}"`
+    // A row-level BEFORE INSERT trigger fires for every row an INSERT proposes, before ON CONFLICT
+    // looks for a conflict: the count is how many insertions the claims attempted.
+    await db.pool.query(`CREATE TABLE ${schema}.proposed_inserts (key text NOT NULL)`)
+    await db.pool.query(`CREATE FUNCTION ${schema}.count_proposed_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN INSERT INTO ${schema}.proposed_inserts (key) VALUES (NEW.key); RETURN NEW; END $$`)
+    await db.pool.query(`CREATE TRIGGER count_proposed_insert BEFORE INSERT ON ${table()} FOR EACH ROW EXECUTE FUNCTION ${schema}.count_proposed_insert()`)
+    const proposed = async () => (await db.pool.query<{ key: string }>(`SELECT key FROM ${schema}.proposed_inserts ORDER BY key`)).rows.map((row) => row.key)
+    try {
+      await db.pool.query(
+        `INSERT INTO ${table()} (scope, key, fingerprint, status, claim_id, response_status, response_headers, response_body, expires_at)
+         VALUES ('already-there', 'completed', $1, 'completed', $2::uuid, 201, '[]', '\\x7b7d', now() + interval '1 day')`,
+        [fingerprint, randomUUID()],
+      )
+      await db.pool.query(`DELETE FROM ${schema}.proposed_inserts`)
+      expect((await store.claim(claimRequest('already-there', 'in-flight'))).kind).toBe('inserted')
+      expect(await proposed()).toEqual(['in-flight'])
+      for (const key of ['in-flight', 'completed', 'in-flight']) {
+        const attempt = await store.claim(claimRequest('already-there', key))
+        expect(attempt.kind === 'existing' && attempt.snapshot.status).toBe(key === 'completed' ? 'completed' : 'in_progress')
+      }
+      expect(await proposed()).toEqual(['in-flight'])
+    } finally {
+      await db.pool.query(`DROP TRIGGER IF EXISTS count_proposed_insert ON ${table()}`)
+      await db.pool.query(`DROP FUNCTION IF EXISTS ${schema}.count_proposed_insert()`)
+      await db.pool.query(`DROP TABLE IF EXISTS ${schema}.proposed_inserts`)
     }
   })
 })

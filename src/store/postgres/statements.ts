@@ -111,22 +111,30 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     // Invariant 1: one statement decides ownership. $1 scope, $2 key, $3 fingerprint, $4 ttl ms,
     // $5 claim id, $6 fence token (both minted by the caller, so it recognises its own row after
     // an ambiguous error), $7 lock timeout ms, $8 the stale threshold it is made under (or NULL).
-    // If the INSERT loses to a row committed after this statement's snapshot, both branches
-    // return nothing and the store runs it once more.
+    // The row is read first, and the INSERT is tried only when the statement's snapshot has none:
+    // a replay, a 409 or a 422 then costs the database a read, not a speculative insertion that
+    // opens every index of the table to find the conflict (issue 21: a third more of these
+    // statements per second in pgbench). Not a check-then-insert: the INSERT keeps its ON
+    // CONFLICT, so the unique index still decides between claims whose snapshots found no row,
+    // and a row deleted after the snapshot is reported as it was, never claimed. If the INSERT
+    // loses to a row committed after the snapshot, both branches return nothing and the store
+    // runs it once more.
     claim: named(
       'claim',
-      `WITH inserted AS (
+      `WITH existing AS MATERIALIZED (
+        SELECT ${snapshotJson('k')} AS snapshot
+          FROM ${table} k
+         WHERE k.scope = $1 AND k.key = $2
+      ), inserted AS (
         INSERT INTO ${table} AS k (scope, key, fingerprint, status, claim_id, fence_token, locked_at, expires_at, stale_after_ms)
         SELECT $1, $2, $3, 'in_progress', $5::uuid, $6::uuid, now(), now() + ${ttl('$4')}, $8::bigint
-         WHERE ${notLate('$7')}
+         WHERE NOT EXISTS (SELECT 1 FROM existing) AND ${notLate('$7')}
         ON CONFLICT (scope, key) DO NOTHING
         RETURNING true
       )
       SELECT 'claimed' AS outcome, NULL::text AS snapshot FROM inserted
       UNION ALL
-      SELECT 'existing', ${snapshotJson('k')}
-        FROM ${table} k
-       WHERE k.scope = $1 AND k.key = $2 AND NOT EXISTS (SELECT 1 FROM inserted)`,
+      SELECT 'existing', snapshot FROM existing`,
     ),
     // $1 scope, $2 key.
     readKey: named('read_key', `SELECT ${snapshot('k')} FROM ${table} k WHERE k.scope = $1 AND k.key = $2`),
