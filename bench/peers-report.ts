@@ -9,6 +9,9 @@ export interface PeerCell {
   runs: LoadRun[]
 }
 
+/** The target of `--against DIR`: the reference service of another build. */
+export const AGAINST = 'service (against)'
+
 /** The Redis-backed replay the replay targets compare with: a Redis library's, on Express 5. */
 const REDIS_REPLAY = 'redis peer replay'
 
@@ -74,5 +77,7 @@ export function peerFigures(cells: readonly PeerCell[], connections: number): { 
   against('lean durable fresh', 'express fresh')
   against('service fresh', 'lean durable fresh')
   against('service replay', 'lean durable replay')
+  // With `--against DIR`: this build's service beside the other build's, cell by cell.
+  for (const cell of ['fresh', 'replay', 'conflict', 'mismatch']) against(`service ${cell}`, `${AGAINST} ${cell}`)
   return { cells: all, targets }
 }

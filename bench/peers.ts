@@ -2,7 +2,7 @@ import { fileURLToPath } from 'node:url'
 import { interleaved } from './closed-loop.js'
 import { backendsCpu, BODY, createHolds, deleteRedisEntries, expectStatus, HOLD_MS, loadRun, OTHER_BODY, spreadBodies, type LoadRun } from './http-load.js'
 import { startCli, startProgram, type BenchProcess } from './processes.js'
-import { peerFigures, type PeerCell } from './peers-report.js'
+import { AGAINST, peerFigures, type PeerCell } from './peers-report.js'
 import type { Figure } from './report.js'
 
 const EXPRESS_APP = fileURLToPath(new URL('./baselines/express-app.ts', import.meta.url))
@@ -11,6 +11,7 @@ const LEAN_APP = fileURLToPath(new URL('./baselines/lean-durable.ts', import.met
 const SERVICE_SCHEMA = `bench_peers_${process.pid}`
 const EXPRESS_SCHEMA = `bench_peers_express_${process.pid}`
 const LEAN_SCHEMA = `bench_peers_lean_${process.pid}`
+const AGAINST_SCHEMA = `bench_peers_against_${process.pid}`
 const PEER_PREFIX = `bench-peer-${process.pid}`
 
 /**
@@ -40,6 +41,12 @@ export interface PeersOptions {
   warmupSeconds: number
   /** The reference service is also measured with this `REDIS_URL` (its cache in front of PostgreSQL). */
   redisUrl: string | undefined
+  /**
+   * The CLI of another build (`DIR/dist/cli/main.js`): its reference service is measured too, as
+   * `service (against)`, in its own schema, interleaved with this build's: the before and after
+   * of a change, in one run.
+   */
+  againstCli?: string | undefined
 }
 
 export interface PeersResult {
@@ -85,6 +92,9 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
     holdingProviderUrl = holdingProvider.url
     const serve = (strategy: string, providerUrl: string, env: Record<string, string> = {}) =>
       start(startCli(['serve', '--port', '0', '--database-url', databaseUrl, '--schema', SERVICE_SCHEMA, '--provider-url', providerUrl, '--strategy', strategy], env))
+    // The other build in a schema of its own: its migrations may differ from this build's.
+    const serveAgainst = (cli: string, providerUrl: string, env: Record<string, string> = {}) =>
+      start(startProgram(cli, ['serve', '--port', '0', '--database-url', databaseUrl, '--schema', AGAINST_SCHEMA, '--provider-url', providerUrl], env))
     type Guard = 'none' | 'oncely' | 'redis peer'
     const guards: Record<Guard, string[]> = {
       none: [],
@@ -106,6 +116,9 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
       express(holdingProvider.url, 'oncely', HOLD_MS),
       start(startProgram(LEAN_APP, ['--port', '0', '--provider-url', provider.url, '--database-url', databaseUrl, '--schema', LEAN_SCHEMA])),
     ])
+    const { againstCli } = options
+    const [against, againstHolder] =
+      againstCli === undefined ? [] : await Promise.all([serveAgainst(againstCli, provider.url), serveAgainst(againstCli, holdingProvider.url, { PROVIDER_LATENCY_MS: String(HOLD_MS) })])
     if (!redis) notes.push('no Redis (--redis-url, REDIS_URL or redis://127.0.0.1:6379 did not answer): the Redis cells, the Redis peer and the replay targets are left out')
 
     const all = ['fresh', 'replay', 'conflict', 'mismatch'] as const
@@ -114,6 +127,7 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
       { name: 'express', process: plain, path: '/v1/charges', cells: ['fresh'] },
       { name: 'service none', process: none, path: '/v1/charges', cells: ['fresh'] },
       { name: 'service', process: service, path: '/v1/charges', cells: [...all, 'fresh-spread'], holder: serviceHolds },
+      ...(against && againstHolder ? [{ name: AGAINST, process: against, path: '/v1/charges', cells: all, holder: { url: `${againstHolder.url}/v1/charges`, schema: AGAINST_SCHEMA } }] : []),
       ...(redis ? [{ name: 'service + redis', process: redis, path: '/v1/charges', cells: all, holder: serviceHolds }] : []),
       { name: 'express + oncely', process: guarded, path: '/v1/charges', cells: all, holder: { url: `${guardedHolder.url}/v1/charges`, schema: EXPRESS_SCHEMA } },
       ...(peer ? [{ name: 'redis peer', process: peer, path: '/v1/charges', cells: ['fresh', 'replay'] as const }] : []),

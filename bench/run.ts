@@ -15,11 +15,15 @@
  *   --partitions N   the partitioned table's partitions (default 16)
  *   --rows N         the scale and partitions parts' rows (default 10 000 000; with --quick 100 000)
  *   --seconds N --rounds N --connections N --iterations N
+ *   --against DIR    the peers part also measures the reference service of the build in DIR
+ *                    (`git worktree add DIR REV`, then `npm run build` there): before and after, in one run
  *
  * `DATABASE_URL` picks the PostgreSQL (a database of the run's own is created and dropped);
  * without it an embedded one is started.
  */
 import { execFileSync } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import path from 'node:path'
 import { parseArgs } from 'node:util'
 import { openBenchDatabase } from './database.js'
 import { httpBench } from './http.js'
@@ -46,6 +50,7 @@ const { values } = parseArgs({
     iterations: { type: 'string' },
     rows: { type: 'string' },
     partitions: { type: 'string', default: '16' },
+    against: { type: 'string' },
   },
 })
 
@@ -58,6 +63,8 @@ const rounds = Number(values.rounds ?? (quick ? 2 : 5))
 const iterations = Number(values.iterations ?? (quick ? 100 : 500))
 const connections = Number(values.connections)
 const rows = Number(values.rows ?? (quick ? 100_000 : 10_000_000))
+const againstCli = values.against === undefined ? undefined : builtCli(values.against)
+if (againstCli !== undefined && !only.includes('peers')) throw new Error('--against is measured by the peers part: add peers to --only')
 const redisUrl = values['redis-url'] ?? (values.redis ? (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379') : undefined)
 
 const NOTE =
@@ -94,7 +101,7 @@ try {
     execFileSync(process.execPath, ['--import', 'tsx', 'bench/relay.ts'], { stdio: 'inherit', env: { ...process.env, DATABASE_URL: database.url } })
   }
   if (only.includes('peers')) {
-    const peers = await peersBench(database.url, { seconds, rounds, connections, warmupSeconds: quick ? 0.5 : 2, redisUrl: await findRedis(values['redis-url']) })
+    const peers = await peersBench(database.url, { seconds, rounds, connections, warmupSeconds: quick ? 0.5 : 2, redisUrl: await findRedis(values['redis-url']), againstCli })
     for (const note of peers.notes) process.stdout.write(`\nnote: ${note}\n`)
     print(`peers: every cell beside plain Express 5's fresh charges (${rounds} interleaved runs of ${seconds} s each, median and min–max)`, peers.cells, Object.keys(peers.cells[0]?.extra ?? {}))
     print('peers: the targets of issue 21 (one interleaved run; met or not, never failed on)', peers.targets)
@@ -122,4 +129,11 @@ try {
   process.stdout.write(`\n${NOTE}\nwritten to ${file}\n`)
 } finally {
   await database.close()
+}
+
+/** The built CLI of the checkout in `dir`, refused before anything starts when it is not there. */
+function builtCli(dir: string): string {
+  const cli = path.resolve(dir, 'dist', 'cli', 'main.js')
+  if (!existsSync(cli)) throw new Error(`--against ${dir}: no ${cli}; make one with \`git worktree add ${dir} REV\` and \`npm ci && npm run build\` there`)
+  return cli
 }
