@@ -26,7 +26,7 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { waitForReadyLine, type ChildExit } from '../src/cli/ready-line.js'
 import { openBenchDatabase } from './database.js'
-import { startCli } from './processes.js'
+import { builtCli, startCli } from './processes.js'
 
 const { values } = parseArgs({ options: { cell: { type: 'string', default: 'fresh,replay' }, requests: { type: 'string', default: '1000' }, warm: { type: 'string', default: '1500' }, against: { type: 'string' }, strategy: { type: 'string', default: 'atomic-phases' } } })
 const cells = values.cell.split(',')
@@ -39,14 +39,15 @@ try {
   throw new Error('bench/instructions.ts needs valgrind on the PATH (Debian: apt-get install -y valgrind)')
 }
 const here = fileURLToPath(new URL('..', import.meta.url))
-const builds: Array<[string, string]> = [['this checkout', here]]
-if (values.against !== undefined) builds.push([`--against ${values.against}`, path.resolve(values.against)])
+// Each build's CLI; the other checkout's is refused here, before the database and valgrind start, when it has no build.
+const builds: Array<[string, string]> = [['this checkout', path.join(here, 'dist/cli/main.js')]]
+if (values.against !== undefined) builds.push([`--against ${values.against}`, builtCli(values.against)])
 
 const database = await openBenchDatabase()
 const provider = await startCli(['provider', '--port', '0', '--latency-ms', '0'])
 try {
   const counts = new Map<string, number>()
-  for (const cell of cells) for (const [index, [name, root]] of builds.entries()) counts.set(`${cell} ${name}`, await count(root, cell, index))
+  for (const cell of cells) for (const [index, [name, cli]] of builds.entries()) counts.set(`${cell} ${name}`, await count(cli, cell, index))
   process.stdout.write(`\n| cell | build | instructions per request, main thread |${values.against === undefined ? '' : ' ratio |'}\n| --- | --- | ---: |${values.against === undefined ? '' : ' ---: |'}\n`)
   for (const cell of cells) {
     const against = counts.get(`${cell} ${builds[1]?.[0]}`)
@@ -60,11 +61,11 @@ try {
   await database.close()
 }
 
-/** Main-thread instructions per request of `root`'s service on `cell`. */
-async function count(root: string, cell: string, index: number): Promise<number> {
+/** Main-thread instructions per request of the service of the CLI `cli` on `cell`. */
+async function count(cli: string, cell: string, index: number): Promise<number> {
   const directory = await mkdtemp(path.join(tmpdir(), 'oncely-instructions-'))
   const schema = `bench_instructions_${index}_${cell}`
-  const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${directory}/out.%p`, process.execPath, path.join(root, 'dist/cli/main.js'), 'serve', '--port', '0', '--database-url', database.url, '--schema', schema, '--provider-url', provider.url, '--strategy', values.strategy], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${directory}/out.%p`, process.execPath, cli, 'serve', '--port', '0', '--database-url', database.url, '--schema', schema, '--provider-url', provider.url, '--strategy', values.strategy], { stdio: ['ignore', 'pipe', 'pipe'] })
   let output = ''
   const keep = (chunk: string) => (output = (output + chunk).slice(-16_384))
   child.stdout.setEncoding('utf8').on('data', keep)
@@ -72,13 +73,13 @@ async function count(root: string, cell: string, index: number): Promise<number>
   const exited = new Promise<ChildExit>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })))
   try {
     // Valgrind starts a Node process slowly: minutes, not seconds, on a loaded machine.
-    const url = `${await waitForReadyLine(child, { output: () => output, exited, timeoutMs: 300_000, describe: () => `the service of ${root} under callgrind\n${output}` })}/v1/charges`
+    const url = `${await waitForReadyLine(child, { output: () => output, exited, timeoutMs: 300_000, describe: () => `the service of ${cli} under callgrind\n${output}` })}/v1/charges`
     const body = '{"amount":1000,"currency":"usd","customer":"cus_bench"}'
     let sent = 0
     const send = async (key: string) => {
       const answer = await fetch(url, { method: 'POST', body, headers: { authorization: 'Bearer demo_7', 'content-type': 'application/json', 'idempotency-key': key } })
       await answer.arrayBuffer()
-      if (answer.status !== 201) throw new Error(`${root}: ${cell} answered ${answer.status}`)
+      if (answer.status !== 201) throw new Error(`${cli}: ${cell} answered ${answer.status}`)
     }
     const run = async (n: number) => {
       for (let i = 0; i < n; i++) await send(cell === 'replay' ? 'replayed' : `fresh-${sent++}`)

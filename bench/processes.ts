@@ -1,11 +1,23 @@
 import { execFileSync, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process'
+import { existsSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
+import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { waitForReadyLine, type ChildExit } from '../src/cli/ready-line.js'
 
 // The built CLI, as users run it (`npm run bench` builds first): under tsx the service would also
 // pay for the loader, which the issue-21 figures, measured on `dist`, never did.
 const CLI = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url))
+
+/**
+ * The built CLI of another checkout (`--against DIR` of the peers part and of instructions.ts),
+ * refused before anything starts when it is not there.
+ */
+export function builtCli(dir: string): string {
+  const cli = path.resolve(dir, 'dist', 'cli', 'main.js')
+  if (!existsSync(cli)) throw new Error(`--against ${dir}: no ${cli}; make one with \`git worktree add ${dir} REV\` and \`npm ci && npm run build\` there`)
+  return cli
+}
 
 /** A process of the benchmark: its URL, its pid (for its CPU time) and how to stop it. */
 export interface BenchProcess {

@@ -22,8 +22,6 @@
  * without it an embedded one is started.
  */
 import { execFileSync } from 'node:child_process'
-import { existsSync } from 'node:fs'
-import path from 'node:path'
 import { parseArgs } from 'node:util'
 import { openBenchDatabase } from './database.js'
 import { httpBench } from './http.js'
@@ -31,6 +29,7 @@ import { libraryBench } from './library.js'
 import { partitionsBench } from './partitions.js'
 import { planTable } from './partitions-plans.js'
 import { findRedis, peersBench } from './peers.js'
+import { builtCli } from './processes.js'
 import { describeMachine, table, writeResults, type Figure } from './report.js'
 import { roundTripBench } from './round-trips.js'
 import { scaleBench } from './scale.js'
@@ -129,11 +128,4 @@ try {
   process.stdout.write(`\n${NOTE}\nwritten to ${file}\n`)
 } finally {
   await database.close()
-}
-
-/** The built CLI of the checkout in `dir`, refused before anything starts when it is not there. */
-function builtCli(dir: string): string {
-  const cli = path.resolve(dir, 'dist', 'cli', 'main.js')
-  if (!existsSync(cli)) throw new Error(`--against ${dir}: no ${cli}; make one with \`git worktree add ${dir} REV\` and \`npm ci && npm run build\` there`)
-  return cli
 }
