@@ -94,7 +94,7 @@ describe('oncely sweep', () => {
   })
 })
 
-describe('oncely --version', () => {
+describe('oncely migrate', () => {
   it('migrate --partitions takes a whole number from 2 to 1024 and refuses any other with exit 2', async () => {
     for (const partitions of ['1', '1025', '0x10', '2.5']) {
       const result = await runCli(['migrate', '--dry-run', '--partitions', partitions])
@@ -102,7 +102,9 @@ describe('oncely --version', () => {
     }
     for (const partitions of ['2', '1024']) expect((await runCli(['migrate', '--dry-run', '--partitions', partitions])).code).toBe(0)
   })
+})
 
+describe('oncely --version', () => {
   it("prints the package's version", async () => {
     const { version } = JSON.parse(await readFile(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string }
     expect(await runCli(['--version'])).toMatchObject({ code: 0, stdout: `${version}\n` })
