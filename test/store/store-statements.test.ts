@@ -186,6 +186,25 @@ describe('a claim of a key already there (issue 21)', () => {
       await db.pool.query(`DROP TABLE IF EXISTS ${schema}.proposed_inserts`)
     }
   })
+
+  it('does not wait for a release in flight: the row its snapshot sees is reported, and the next claim, after the release commits, owns the key', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const key = randomUUID()
+    expect((await store.claim(claimRequest('release-in-flight', key))).kind).toBe('inserted')
+    const releaser = await db.pool.connect()
+    try {
+      // The release's DELETE holds the row, uncommitted: an INSERT of the same key would wait for it.
+      await releaser.query('BEGIN')
+      await releaser.query(`DELETE FROM ${table()} WHERE scope = $1 AND key = $2`, ['release-in-flight', key])
+      const answered = await Promise.race([store.claim(claimRequest('release-in-flight', key)), new Promise<'waited'>((resolve) => setTimeout(() => resolve('waited'), 1000))])
+      expect(answered !== 'waited' && answered.kind === 'existing' && answered.snapshot.status).toBe('in_progress')
+      await releaser.query('COMMIT')
+      expect((await store.claim(claimRequest('release-in-flight', key))).kind).toBe('inserted')
+    } finally {
+      await releaser.query('ROLLBACK').catch(() => undefined)
+      releaser.release()
+    }
+  })
 })
 
 describe('a claim given up on (statementTimeoutMs) whose answer comes late', () => {
