@@ -37,6 +37,21 @@ export interface KeyRow {
  */
 export type ClaimRow = { outcome: 'claimed'; snapshot: null } | { outcome: 'existing'; snapshot: string }
 
+/** The batched claim statement's row: `ClaimRow` for the claim at index `n` of its input. */
+export type ClaimBatchRow = ClaimRow & { n: number }
+
+/** One claim of the batched claim statement's input (`claimBatch`'s $1, a JSON array of these). */
+export interface ClaimBatchInput {
+  n: number
+  scope: string
+  key: string
+  fingerprint: string
+  ttl_ms: number
+  claim_id: string
+  fence_token: string
+  stale_after_ms: number | null
+}
+
 /** What a take-over or a reclaim returns: the new holder's state. */
 export interface HeldRow {
   claim_id: string
@@ -52,6 +67,7 @@ export type Statement = Required<Pick<QueryConfig, 'text'>> & { name: string | u
 
 export interface Statements {
   claim: Statement
+  claimBatch: Statement
   readKey: Statement
   takeOver: Statement
   reclaimExpired: Statement
@@ -135,6 +151,34 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
       SELECT 'claimed' AS outcome, NULL::text AS snapshot FROM inserted
       UNION ALL
       SELECT 'existing', snapshot FROM existing`,
+    ),
+    // The same claim for several keys at once (issue 21): the claims that arrived while one was in
+    // flight (natural-batch.ts) share one statement, one round trip and one commit. $1 the claims,
+    // a JSON array of `ClaimBatchInput`; $2 lock timeout ms. Per claim it is the statement above:
+    // its row read first (a scalar subquery, so each is one probe of the key index whatever the
+    // planner thinks of the table's size), the INSERT tried only for keys the snapshot has not,
+    // the unique index deciding. The rows are inserted in one order every batch follows, by scope
+    // and key in bytes: two batches waiting on each other's uncommitted keys would otherwise
+    // deadlock. A claim the answer leaves out (its INSERT lost to a row committed after the
+    // snapshot, or to a claim of the same key earlier in this batch) is run once more by the store.
+    claimBatch: named(
+      'claim_batch',
+      `WITH seen AS MATERIALIZED (
+        SELECT i.*, (SELECT ${snapshotJson('k')} FROM ${table} k WHERE k.scope = i.scope AND k.key = i.key) AS snapshot
+          FROM json_to_recordset($1::json) AS i(n integer, scope text, key text, fingerprint text, ttl_ms bigint,
+                                                claim_id uuid, fence_token uuid, stale_after_ms bigint)
+      ), inserted AS (
+        INSERT INTO ${table} AS k (scope, key, fingerprint, status, claim_id, fence_token, locked_at, expires_at, stale_after_ms)
+        SELECT s.scope, s.key, s.fingerprint, 'in_progress', s.claim_id, s.fence_token, now(), now() + ${ttl('s.ttl_ms')}, s.stale_after_ms
+          FROM seen s
+         WHERE s.snapshot IS NULL AND ${notLate('$2')}
+         ORDER BY s.scope COLLATE "C", s.key COLLATE "C", s.n
+        ON CONFLICT (scope, key) DO NOTHING
+        RETURNING k.claim_id
+      )
+      SELECT s.n, 'claimed' AS outcome, NULL::text AS snapshot FROM inserted JOIN seen s ON s.claim_id = inserted.claim_id
+      UNION ALL
+      SELECT n, 'existing', snapshot FROM seen WHERE snapshot IS NOT NULL`,
     ),
     // $1 scope, $2 key.
     readKey: named('read_key', `SELECT ${snapshot('k')} FROM ${table} k WHERE k.scope = $1 AND k.key = $2`),

@@ -9,7 +9,8 @@ import { isTransientPgError, SQLSTATE, sqlState } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 import { ClaimWatcher } from './claim-watcher.js'
 import { bind, flight, send, transaction } from './statement-runner.js'
-import { buildStatements, type ClaimRow, type HeldRow, type KeyRow, type Statement } from './statements.js'
+import { NaturalBatch } from './natural-batch.js'
+import { buildStatements, type ClaimBatchInput, type ClaimBatchRow, type ClaimRow, type HeldRow, type KeyRow, type Statement } from './statements.js'
 
 export interface PostgresStoreOptions {
   /** The pool the store runs on: `pg`'s Pool, or anything with `query` and `connect`. */
@@ -44,6 +45,14 @@ export interface PostgresStoreOptions {
    * the pool's while someone waits, so a `pg.Pool` of `max: 1` never listens. (Default: true)
    */
   listen?: boolean | PoolLike
+  /**
+   * The most claims one statement carries. A claim leaves at once when no other is in flight; the
+   * claims that arrive meanwhile leave together when it answers, in one statement, one round trip
+   * and one commit (each still decided by the key's unique index, Invariant 1). A lone request
+   * waits for nothing; under load the database commits once per batch, not once per request. 1
+   * sends every claim on its own; at most 1000. (Default: 64)
+   */
+  claimBatchSize?: number
 }
 
 /** The PostgreSQL store, with the statements it runs exposed for operations tooling. */
@@ -61,6 +70,9 @@ export interface PostgresStore extends IdempotencyStore<Queryable> {
 
 export const DEFAULT_STATEMENT_TIMEOUT_MS = 5000
 export const DEFAULT_LOCK_TIMEOUT_MS = 2000
+export const DEFAULT_CLAIM_BATCH_SIZE = 64
+/** A batch's claims travel as one JSON parameter: past this many, one statement holds up too many requests. */
+const MAX_CLAIM_BATCH_SIZE = 1000
 const CLAIM_ATTEMPTS = 5
 
 /**
@@ -91,6 +103,10 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
   const prefix = options.preparedStatements === false ? undefined : `oncely_${schemaHash}`
   // One channel per schema: two stores on one database wake only their own waiters.
   const channel = `oncely_keys_${schemaHash}`
+  const claimBatchSize = options.claimBatchSize ?? DEFAULT_CLAIM_BATCH_SIZE
+  if (!Number.isSafeInteger(claimBatchSize) || claimBatchSize < 1 || claimBatchSize > MAX_CLAIM_BATCH_SIZE) {
+    throw invalid('claimBatchSize', `must be an integer from 1 to ${MAX_CLAIM_BATCH_SIZE}`, claimBatchSize)
+  }
   const sql = buildStatements(quoted, prefix)
   const begin = sql.begin(timeoutMs, lockTimeoutMs)
   const pool = options.pool
@@ -110,6 +126,35 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     const { rows } = await run<HeldRow>(pool, statement, values)
     return rows[0] ? claimOf(scope, key, rows[0]) : null
   }
+  /** One claim statement for one key: its row, if any, and when it was sent. */
+  const claimAlone = async (request: ClaimRequest): Promise<ClaimAnswer> => {
+    const sentAt = performance.now()
+    const { rows } = await send<ClaimRow>(pool, bind(sql.claim, claimValues(request, lockTimeoutMs), timeoutMs), timeoutMs, 'the claim', (late) => {
+      if (late.rows[0]?.outcome === 'claimed') request.onLateInsert?.()
+    })
+    return { row: rows[0], sentAt }
+  }
+  const claims = new NaturalBatch<ClaimRequest, ClaimAnswer>(claimBatchSize, async (requests) => {
+    const [only] = requests
+    if (requests.length === 1 && only !== undefined) return [await claimAlone(only).catch((error: unknown) => ({ error, sentAt: 0 }))]
+    const sentAt = performance.now()
+    const input = JSON.stringify(requests.map(batchInput))
+    try {
+      const { rows } = await send<ClaimBatchRow>(pool, bind(sql.claimBatch, [input, lockTimeoutMs], timeoutMs), timeoutMs, 'the claim', (late) => {
+        for (const row of late.rows) if (row.outcome === 'claimed') requests[row.n]?.onLateInsert?.()
+      })
+      const answers: ClaimAnswer[] = requests.map(() => ({ row: undefined, sentAt }))
+      for (const row of rows) answers[row.n] = { row, sentAt }
+      return answers
+    } catch (error) {
+      // A lost connection, a timeout, a server shutting down: every claim of the batch fails with
+      // it, as each would have alone, and the engine retries each. An error of the statement's
+      // own (a value PostgreSQL refuses in one claim) must not fail the others: each claim runs
+      // once more alone and gets its own answer.
+      if (sqlState(error) === undefined || isTransientPgError(error)) throw error
+      return Promise.all(requests.map((request) => claimAlone(request).catch((own: unknown) => ({ error: own, sentAt: 0 }))))
+    }
+  })
   // A pool of one connection cannot lend it to LISTEN: its waiters could then never read.
   const watcher =
     listen === false || (listen === true && poolSize(pool) < 2)
@@ -130,16 +175,13 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
      */
     async claim(request: ClaimRequest): Promise<ClaimAttempt> {
       const { scope, key } = request
-      const values = [scope, key, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs, request.staleAfterMs ?? null]
       for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
-        const startedAt = performance.now()
-        const { rows } = await send<ClaimRow>(pool, bind(sql.claim, values, timeoutMs), timeoutMs, 'the claim', (late) => {
-          if (late.rows[0]?.outcome === 'claimed') request.onLateInsert?.()
-        })
-        const row = rows[0]
+        const answer = await claims.submit(request)
+        if ('error' in answer) throw answer.error
+        const { row, sentAt } = answer
         if (row?.outcome === 'claimed') return { kind: 'inserted', claim: newClaimOf(scope, key, request.claimId, request.fenceToken) }
         if (row) return { kind: 'existing', snapshot: snapshotOf(scope, key, keyRowFromJson(row.snapshot)) }
-        if (performance.now() - startedAt >= lockTimeoutMs) {
+        if (performance.now() - sentAt >= lockTimeoutMs) {
           throw new OncelyError('ONCELY_STORE_UNAVAILABLE', `the claim of key ${JSON.stringify(key)} waited longer than lockTimeoutMs (${lockTimeoutMs}) for a lock`)
         }
       }
@@ -208,6 +250,28 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       return result.rows[0]?.count ?? 0
     },
   })
+}
+
+/** What a claim statement answered for one claim, or the error that claim alone met. */
+type ClaimAnswer = { row: ClaimRow | undefined; sentAt: number } | { error: unknown; sentAt: number }
+
+/** The single claim statement's values (`claim`'s $1 to $8). */
+function claimValues(request: ClaimRequest, lockTimeoutMs: number): unknown[] {
+  return [request.scope, request.key, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs, request.staleAfterMs ?? null]
+}
+
+/** One claim of the batched claim statement's input, `n` its place in the batch. */
+function batchInput(request: ClaimRequest, n: number): ClaimBatchInput {
+  return {
+    n,
+    scope: request.scope,
+    key: request.key,
+    fingerprint: request.fingerprint,
+    ttl_ms: request.ttlMs,
+    claim_id: request.claimId,
+    fence_token: request.fenceToken,
+    stale_after_ms: request.staleAfterMs ?? null,
+  }
 }
 
 function completionValues(outcome: FinalOutcome): unknown[] {

@@ -201,6 +201,7 @@ export async function exactlyOnceViolations(bed: FaultBed, user: string, settled
 
 /** Terminates every backend of the service; resolves to how many there were. */
 export async function terminateServiceBackends(bed: FaultBed): Promise<number> {
+  await freshActivity(bed)
   const { rows } = await bed.admin.query<{ n: number }>(
     'SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()',
     [bed.applicationName],
@@ -215,6 +216,7 @@ export async function terminateServiceBackends(bed: FaultBed): Promise<number> {
 export async function serviceWaitsOnLocks(bed: FaultBed, count: number, timeoutMs = 20_000): Promise<void> {
   const deadline = performance.now() + timeoutMs
   for (;;) {
+    await freshActivity(bed)
     const { rows } = await bed.admin.query<{ n: number }>(
       "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
       [bed.applicationName],
@@ -224,6 +226,16 @@ export async function serviceWaitsOnLocks(bed: FaultBed, count: number, timeoutM
     if (performance.now() > deadline) throw new Error(`only ${waiting} of ${count} service backends reached the lock`)
     await new Promise((resolve) => setTimeout(resolve, 25))
   }
+}
+
+/**
+ * Drops the admin's copy of pg_stat_activity. Inside a transaction (the tests read it while their
+ * own transaction holds a lock) PostgreSQL lists the backends as they were at the first read and
+ * updates only their wait events: a connection the service opened after that read, to run a
+ * statement that now waits on the lock, would never be seen, nor terminated.
+ */
+async function freshActivity(bed: FaultBed): Promise<void> {
+  await bed.admin.query('SELECT pg_stat_clear_snapshot()')
 }
 
 /** Keys `prefix-0` … `prefix-(count-1)`. */

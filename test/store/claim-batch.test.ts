@@ -1,0 +1,233 @@
+import { randomUUID } from 'node:crypto'
+import type pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { fingerprintRequest } from '../../src/index.js'
+import type { ClaimRequest } from '../../src/engine/store.js'
+import type { ClaimAttempt } from '../../src/engine/types.js'
+import type { PoolLike, QueryConfig, QueryResult } from '../../src/store/postgres/index.js'
+import { createPostgresStore } from '../../src/store/postgres/index.js'
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
+import { keyTable, storeClaim } from '../helpers/engine.js'
+
+// Issue 21: the claims that arrive while one is in flight share one statement (claimBatchSize).
+// Each claim of a batch must get the answer it would have got alone, a batch must never deadlock
+// with another, one claim PostgreSQL refuses must not fail the others, and a batch given up on
+// must still report the claims it inserted late.
+
+let db: TestDatabase
+beforeAll(async () => {
+  db = await createTestDatabase()
+})
+afterAll(async () => {
+  await db.close()
+})
+
+const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 11 } })
+const table = () => keyTable(db)
+
+function claimRequest(scope: string, key: string, extra: Partial<ClaimRequest> = {}): ClaimRequest {
+  return { scope, key, fingerprint, ttlMs: 86_400_000, claimId: randomUUID(), fenceToken: randomUUID(), ...extra }
+}
+
+/** A pool that records the first words of every statement sent, the single claim as `claim` and the batch as `batch`. */
+function recordingPool(pool: pg.Pool): PoolLike & { sent: string[] } {
+  const sent: string[] = []
+  return {
+    sent,
+    async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
+      const text = config.text.trimStart()
+      sent.push(text.startsWith('WITH existing') ? 'claim' : text.startsWith('WITH seen') ? 'batch' : text.slice(0, 20))
+      const result: QueryResult<unknown> = await pool.query(config)
+      return result as QueryResult<R>
+    },
+    connect: () => pool.connect(),
+  }
+}
+
+/** Every claim settled, as its kind or the error's SQLSTATE or code. */
+async function settle(attempts: Array<Promise<ClaimAttempt>>): Promise<string[]> {
+  const settled = await Promise.allSettled(attempts)
+  return settled.map((outcome) =>
+    outcome.status === 'fulfilled' ? outcome.value.kind : String((outcome.reason as { code?: unknown }).code ?? outcome.reason),
+  )
+}
+
+async function rowsOf(scope: string): Promise<Array<{ key: string; claim_id: string }>> {
+  const { rows } = await db.pool.query<{ key: string; claim_id: string }>(`SELECT key, claim_id::text FROM ${table()} WHERE scope = $1 ORDER BY key`, [scope])
+  return rows
+}
+
+describe('claims that arrive together share one statement (claimBatchSize)', () => {
+  it('twenty claims sent at once: the first leaves alone, the nineteen that arrived while it was in flight leave as one batch', async () => {
+    const pool = recordingPool(db.pool)
+    const store = createPostgresStore({ pool, schema: db.schema })
+    const scope = `batch-${randomUUID().slice(0, 8)}`
+    const keys = Array.from({ length: 20 }, (_, n) => `k${String(n).padStart(2, '0')}`)
+    const requests = keys.map((key) => claimRequest(scope, key))
+    expect(await settle(requests.map((request) => store.claim(request)))).toEqual(keys.map(() => 'inserted'))
+    expect(pool.sent).toEqual(['claim', 'batch'])
+    // Each claim owns its own key, under the identity it minted.
+    expect(await rowsOf(scope)).toEqual(requests.map((request) => ({ key: request.key, claim_id: request.claimId })))
+  })
+
+  it('claimBatchSize bounds a batch, and 1 sends every claim alone', async () => {
+    for (const [size, expected] of [
+      [1, ['claim', 'claim', 'claim', 'claim', 'claim', 'claim', 'claim']],
+      [4, ['claim', 'batch', 'batch']],
+    ] as const) {
+      const pool = recordingPool(db.pool)
+      const store = createPostgresStore({ pool, schema: db.schema, claimBatchSize: size })
+      const scope = `batch-size-${size}-${randomUUID().slice(0, 8)}`
+      const attempts = Array.from({ length: 7 }, (_, n) => store.claim(claimRequest(scope, `k${n}`)))
+      expect(await settle(attempts)).toEqual(Array.from({ length: 7 }, () => 'inserted'))
+      expect(pool.sent).toEqual(expected)
+    }
+  })
+
+  it('each claim of a batch gets its own answer: new keys inserted, a key in flight and a completed key reported, two claims of one key one owner', async () => {
+    const pool = recordingPool(db.pool)
+    const store = createPostgresStore({ pool, schema: db.schema })
+    const scope = `batch-mixed-${randomUUID().slice(0, 8)}`
+    const inFlight = await storeClaim(store, { scope, key: 'in-flight', fingerprint })
+    const done = await storeClaim(store, { scope, key: 'completed', fingerprint })
+    if (inFlight.kind !== 'claimed' || done.kind !== 'claimed') throw new Error('the keys were not free')
+    await store.complete(
+      { scope, key: 'completed', fenceToken: done.claim.fenceToken },
+      { status: 'completed', response: { status: 201, headers: [['content-type', 'application/json']], body: new TextEncoder().encode('{"ok":1}') } },
+    )
+    pool.sent.length = 0
+    const twinA = claimRequest(scope, 'twin')
+    const twinB = claimRequest(scope, 'twin')
+    const requests = [claimRequest(scope, 'first'), claimRequest(scope, 'new'), claimRequest(scope, 'in-flight'), twinA, claimRequest(scope, 'completed'), twinB]
+    const attempts = await Promise.all(requests.map((request) => store.claim(request)))
+    const [, fresh, seenInFlight, a, seenDone, b] = attempts
+    expect(fresh?.kind).toBe('inserted')
+    expect(seenInFlight?.kind === 'existing' && { status: seenInFlight.snapshot.status, claimId: seenInFlight.snapshot.claimId }).toEqual({
+      status: 'in_progress',
+      claimId: inFlight.claim.claimId,
+    })
+    expect(seenDone?.kind === 'existing' && { status: seenDone.snapshot.status, body: new TextDecoder().decode(seenDone.snapshot.response?.body) }).toEqual({
+      status: 'completed',
+      body: '{"ok":1}',
+    })
+    // The twins: the first in the batch inserts, the second is left out of the answer (its insert
+    // met the first's row) and, run once more, finds the key in flight under the first's claim.
+    expect(a?.kind).toBe('inserted')
+    expect(b?.kind === 'existing' && b.snapshot.claimId).toBe(twinA.claimId)
+    expect(pool.sent).toEqual(['claim', 'batch', 'claim'])
+    expect((await rowsOf(scope)).map((row) => row.key)).toEqual(['completed', 'first', 'in-flight', 'new', 'twin'])
+  })
+
+  it('a batch inserts its keys in byte order of scope and key, whatever order they arrived in: two batches never wait on each other in a cycle', async () => {
+    const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+    const schema = `"${db.schema.replaceAll('"', '""')}"`
+    const scope = `batch-order-${randomUUID().slice(0, 8)}`
+    // A row-level BEFORE INSERT trigger sees the rows in the order the INSERT proposes them.
+    await db.pool.query(`CREATE TABLE ${schema}.insert_order (n bigserial, scope text, key text)`)
+    await db.pool.query(`CREATE FUNCTION ${schema}.record_insert_order() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN INSERT INTO ${schema}.insert_order (scope, key) VALUES (NEW.scope, NEW.key); RETURN NEW; END $$`)
+    await db.pool.query(`CREATE TRIGGER record_insert_order BEFORE INSERT ON ${table()} FOR EACH ROW EXECUTE FUNCTION ${schema}.record_insert_order()`)
+    try {
+      const arrival = [[scope, 'lead'], [`${scope}-b`, 'a'], [scope, 'b'], [scope, 'B'], [scope, 'a'], [scope, 'A'], [`${scope}-a`, 'z']] as const
+      expect(await settle(arrival.map(([s, key]) => store.claim(claimRequest(s, key))))).toEqual(arrival.map(() => 'inserted'))
+      const { rows } = await db.pool.query<{ scope: string; key: string }>(`SELECT scope, key FROM ${schema}.insert_order WHERE scope LIKE $1 ORDER BY n`, [`${scope}%`])
+      expect(rows.map((row) => `${row.scope.slice(scope.length)}/${row.key}`)).toEqual(['/lead', '/A', '/B', '/a', '/b', '-a/z', '-b/a'])
+    } finally {
+      await db.pool.query(`DROP TRIGGER IF EXISTS record_insert_order ON ${table()}`)
+      await db.pool.query(`DROP FUNCTION IF EXISTS ${schema}.record_insert_order()`)
+      await db.pool.query(`DROP TABLE IF EXISTS ${schema}.insert_order`)
+    }
+  })
+
+  it('two stores sending overlapping batches in opposite orders, twenty rounds: no deadlock, one owner per key', async () => {
+    const pools = [db.newPool(2), db.newPool(2)]
+    try {
+      const stores = pools.map((pool) => createPostgresStore({ pool, schema: db.schema }))
+      const scope = `batch-cross-${randomUUID().slice(0, 8)}`
+      for (let round = 0; round < 20; round++) {
+        const keys = Array.from({ length: 12 }, (_, n) => `r${round}-k${n}`)
+        const orders = [['lead-a', ...keys], ['lead-b', ...keys.toReversed()]]
+        const outcomes = await Promise.all(orders.map((order, at) => settle(order.map((key) => stores[at]!.claim(claimRequest(scope, key))))))
+        for (const outcome of outcomes) expect(outcome.every((kind) => kind === 'inserted' || kind === 'existing')).toBe(true)
+        // Of the two claims of each shared key, exactly one inserted it.
+        const inserted = keys.map((_, n) => [outcomes[0]![n + 1], outcomes[1]![keys.length - n]].filter((kind) => kind === 'inserted').length)
+        expect(inserted).toEqual(keys.map(() => 1))
+      }
+    } finally {
+      // db.close() ends the pools it made.
+    }
+  })
+
+  it('a claim PostgreSQL refuses fails alone: the batch is run again claim by claim, and the others are inserted', async () => {
+    const pool = recordingPool(db.pool)
+    const store = createPostgresStore({ pool, schema: db.schema })
+    const scope = `batch-refused-${randomUUID().slice(0, 8)}`
+    // stale_after_ms > 0 is the key table's own check (migration 004): the engine never sends 0,
+    // so a store used directly is the way to make one claim of a batch fail in PostgreSQL.
+    const requests = [claimRequest(scope, 'lead'), claimRequest(scope, 'good-1'), claimRequest(scope, 'refused', { staleAfterMs: 0 }), claimRequest(scope, 'good-2')]
+    expect(await settle(requests.map((request) => store.claim(request)))).toEqual(['inserted', 'inserted', '23514', 'inserted'])
+    expect(pool.sent).toEqual(['claim', 'batch', 'claim', 'claim', 'claim'])
+    expect((await rowsOf(scope)).map((row) => row.key)).toEqual(['good-1', 'good-2', 'lead'])
+  })
+
+  it('a connection terminated under a batch fails each of its claims with its error, not run again alone, and the batch inserts nothing', async () => {
+    const application = `oncely-batch-cut-${randomUUID().slice(0, 8)}`
+    const pool = db.newPool(2, { application_name: application })
+    pool.on('error', () => undefined)
+    const store = createPostgresStore({ pool, schema: db.schema, statementTimeoutMs: 20_000, lockTimeoutMs: 10_000 })
+    const scope = `batch-cut-${randomUUID().slice(0, 8)}`
+    const [first, second] = [await db.pool.connect(), await db.pool.connect()]
+    const insert = `INSERT INTO ${table()} (scope, key, fingerprint, status, claim_id, fence_token, locked_at, expires_at)
+                    VALUES ($1, $2, $3, 'in_progress', $4::uuid, $5::uuid, now(), now() + interval '1 day')`
+    try {
+      // Two uncommitted rows: the lone claim waits on the first; the batch behind it, on the second.
+      for (const [locker, key] of [[first, 'held-1'], [second, 'held-2']] as const) {
+        await locker.query('BEGIN')
+        await locker.query(insert, [scope, key, fingerprint, randomUUID(), randomUUID()])
+      }
+      const attempts = settle(['held-1', 'held-2', 'other'].map((key) => store.claim(claimRequest(scope, key))))
+      await waitingOnLock(application, 'WITH existing')
+      await first.query('ROLLBACK')
+      await waitingOnLock(application, 'WITH seen')
+      await db.pool.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'WITH seen%'`, [application])
+      // 57P01, admin_shutdown: transient, so the engine sends each again; the store does not.
+      expect(await attempts).toEqual(['inserted', '57P01', '57P01'])
+      await second.query('ROLLBACK')
+      expect((await rowsOf(scope)).map((row) => row.key)).toEqual(['held-1'])
+    } finally {
+      for (const locker of [first, second]) {
+        await locker.query('ROLLBACK').catch(() => undefined)
+        locker.release()
+      }
+    }
+  })
+
+  it('a batch given up on (statementTimeoutMs) whose answer comes late calls onLateInsert for each claim it inserted', async () => {
+    const pool = db.newPool(1)
+    pool.on('error', () => undefined)
+    const store = createPostgresStore({ pool, schema: db.schema, statementTimeoutMs: 300, lockTimeoutMs: 100 })
+    const scope = `batch-late-${randomUUID().slice(0, 8)}`
+    await storeClaim(createPostgresStore({ pool: db.pool, schema: db.schema }), { scope, key: 'there', fingerprint })
+    // The pool's only connection is held: the lone claim and the batch behind it both wait for it past their timeout.
+    const held = await pool.connect()
+    const late: string[] = []
+    const keys = ['lead', 'new-1', 'there', 'new-2']
+    const outcomes = await settle(keys.map((key) => store.claim(claimRequest(scope, key, { onLateInsert: () => late.push(key) }))))
+    expect(outcomes).toEqual(keys.map(() => 'ONCELY_STORE_UNAVAILABLE'))
+    held.release()
+    for (let n = 0; n < 200 && late.length < 3; n++) await new Promise((resolve) => setTimeout(resolve, 10))
+    expect(late.toSorted()).toEqual(['lead', 'new-1', 'new-2'])
+  })
+})
+
+/** Resolves once a backend of `application` running a statement that starts with `start` waits on a lock. */
+async function waitingOnLock(application: string, start: string): Promise<void> {
+  for (;;) {
+    const { rows } = await db.pool.query<{ ok: boolean }>(
+      `SELECT count(*) > 0 AS ok FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock' AND query LIKE $2`,
+      [application, `${start}%`],
+    )
+    if (rows[0]?.ok === true) return
+    await new Promise((resolve) => setImmediate(resolve))
+  }
+}
