@@ -55,11 +55,11 @@ describe('createPostgresStore', () => {
     expect(() => createPostgresStore({ pool: db.pool, statementTimeoutMs: 5000, lockTimeoutMs: 4999 })).not.toThrow()
   })
 
-  it('claimBatchSize is an integer from 1 to 1000', () => {
+  it('maxBatchSize is an integer from 1 to 1000', () => {
     for (const value of [0, -1, 1.5, '8', 1001]) {
-      expect(refusal({ pool: db.pool, claimBatchSize: value })).toBe(`option claimBatchSize must be an integer from 1 to 1000; got ${typeof value === 'string' ? JSON.stringify(value) : String(value)}`)
+      expect(refusal({ pool: db.pool, maxBatchSize: value })).toBe(`option maxBatchSize must be an integer from 1 to 1000; got ${typeof value === 'string' ? JSON.stringify(value) : String(value)}`)
     }
-    for (const value of [1, 1000]) expect(() => createPostgresStore({ pool: db.pool, claimBatchSize: value })).not.toThrow()
+    for (const value of [1, 1000]) expect(() => createPostgresStore({ pool: db.pool, maxBatchSize: value })).not.toThrow()
   })
 
   it('refuses a listen pool without query and connect, naming the option and never showing the pool', () => {

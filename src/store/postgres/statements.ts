@@ -52,6 +52,19 @@ export interface ClaimBatchInput {
   stale_after_ms: number | null
 }
 
+/** One completion of the batched completion statement's input (`completeBatch`'s $1, a JSON array of these). */
+export interface CompletionBatchInput {
+  n: number
+  scope: string
+  key: string
+  fence_token: string
+  status: 'completed' | 'failed'
+  response_status: number
+  response_headers: ReadonlyArray<readonly [string, string]>
+  /** The body's bytes in base64. */
+  response_body: string
+}
+
 /** What a take-over or a reclaim returns: the new holder's state. */
 export interface HeldRow {
   claim_id: string
@@ -75,6 +88,7 @@ export interface Statements {
   markStepStarted: Statement
   renewLease: Statement
   complete: Statement
+  completeBatch: Statement
   completeInFlight: Statement
   release: Statement
   suspend: Statement
@@ -254,6 +268,23 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
               locked_at = NULL, outcome_error = NULL, updated_at = now()
         WHERE scope = $1 AND key = $2 AND fence_token = $3::uuid AND status = 'in_progress'
       ${wakeWaiters('$8')}`,
+    ),
+    // The same completion for several keys at once (issue 21): the completions that arrived while
+    // one was in flight share one statement, one round trip and one commit. $1 the completions, a
+    // JSON array of `CompletionBatchInput` (each body in base64); $2 the key channel. Each is the
+    // fenced update above: a completion whose token no longer holds its claim matches nothing and
+    // is left out of the answer. Two batches never hold the same claim's token, so they meet on a
+    // row only when a claim was taken over while its old owner completed; a deadlock there is
+    // transient, and the fenced write retried.
+    completeBatch: named(
+      'complete_batch',
+      `UPDATE ${table} k
+          SET status = i.status, response_status = i.response_status, response_headers = i.response_headers,
+              response_body = decode(i.response_body, 'base64'), locked_at = NULL, outcome_error = NULL, updated_at = now()
+         FROM json_to_recordset($1::json) AS i(n integer, scope text, key text, fence_token uuid, status text,
+                                                response_status integer, response_headers jsonb, response_body text)
+        WHERE k.scope = i.scope AND k.key = i.key AND k.fence_token = i.fence_token AND k.status = 'in_progress'
+      RETURNING i.n, CASE WHEN k.awaited THEN pg_notify($2::text, k.claim_id::text) END AS woke`,
     ),
     // The same completion for a flight (BEGIN, this, the writes, COMMIT sent together, issue 11):
     // nothing waits for its row count before the COMMIT, so a lost fence must abort the

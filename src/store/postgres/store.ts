@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { OncelyError } from '../../errors.js'
 import { describeKind, invalid, invalidHidden, positiveInteger } from '../../option-validation.js'
-import type { CarriedSteps, ClaimRequest, Fence, FinalOutcome, IdempotencyStore, ReclaimInput, SeenClaim, StoreCompletion, TakeOverInput, WatchedClaim } from '../../engine/store.js'
+import type { CarriedSteps, ClaimRequest, Fence, IdempotencyStore, ReclaimInput, SeenClaim, StoreCompletion, TakeOverInput, WatchedClaim } from '../../engine/store.js'
 import type { ClaimAttempt, ClaimSnapshot, ClaimState, WriteStatement } from '../../engine/types.js'
 import { toQueryConfig, type PoolLike, type Queryable } from './executor.js'
 import { claimOf, keyRowFromJson, newClaimOf, snapshotOf } from './key-rows.js'
@@ -9,8 +9,8 @@ import { isTransientPgError, SQLSTATE, sqlState } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 import { ClaimWatcher } from './claim-watcher.js'
 import { bind, flight, send, transaction } from './statement-runner.js'
-import { NaturalBatch } from './natural-batch.js'
-import { buildStatements, type ClaimBatchInput, type ClaimBatchRow, type ClaimRow, type HeldRow, type KeyRow, type Statement } from './statements.js'
+import { batchedWrites, completionValues } from './batched-writes.js'
+import { buildStatements, type HeldRow, type KeyRow, type Statement } from './statements.js'
 
 export interface PostgresStoreOptions {
   /** The pool the store runs on: `pg`'s Pool, or anything with `query` and `connect`. */
@@ -46,13 +46,16 @@ export interface PostgresStoreOptions {
    */
   listen?: boolean | PoolLike
   /**
-   * The most claims one statement carries. A claim leaves at once when no other is in flight; the
-   * claims that arrive meanwhile leave together when it answers, in one statement, one round trip
-   * and one commit (each still decided by the key's unique index, Invariant 1). A lone request
-   * waits for nothing; under load the database commits once per batch, not once per request. 1
-   * sends every claim on its own; at most 1000. (Default: 64)
+   * The most claims, or completions, one statement carries. A claim leaves at once when no other
+   * is in flight; the claims that arrive meanwhile leave together when it answers, in one
+   * statement, one round trip and one commit, each still decided by the key's unique index
+   * (Invariant 1). Completions on the pool (not inside your transaction, nor a flight with your
+   * writes) are batched the same way, each fenced by its own token (Invariant 3); one whose body
+   * is over 16 KiB is sent alone. A lone request waits for nothing; under load the database
+   * commits once per batch, not once per request. 1 sends each on its own; at most 1000.
+   * (Default: 64)
    */
-  claimBatchSize?: number
+  maxBatchSize?: number
 }
 
 /** The PostgreSQL store, with the statements it runs exposed for operations tooling. */
@@ -70,9 +73,9 @@ export interface PostgresStore extends IdempotencyStore<Queryable> {
 
 export const DEFAULT_STATEMENT_TIMEOUT_MS = 5000
 export const DEFAULT_LOCK_TIMEOUT_MS = 2000
-export const DEFAULT_CLAIM_BATCH_SIZE = 64
-/** A batch's claims travel as one JSON parameter: past this many, one statement holds up too many requests. */
-const MAX_CLAIM_BATCH_SIZE = 1000
+export const DEFAULT_BATCH_SIZE = 64
+/** A batch travels as one JSON parameter: past this many, one statement holds up too many requests. */
+const MAX_BATCH_SIZE = 1000
 const CLAIM_ATTEMPTS = 5
 
 /**
@@ -103,9 +106,9 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
   const prefix = options.preparedStatements === false ? undefined : `oncely_${schemaHash}`
   // One channel per schema: two stores on one database wake only their own waiters.
   const channel = `oncely_keys_${schemaHash}`
-  const claimBatchSize = options.claimBatchSize ?? DEFAULT_CLAIM_BATCH_SIZE
-  if (!Number.isSafeInteger(claimBatchSize) || claimBatchSize < 1 || claimBatchSize > MAX_CLAIM_BATCH_SIZE) {
-    throw invalid('claimBatchSize', `must be an integer from 1 to ${MAX_CLAIM_BATCH_SIZE}`, claimBatchSize)
+  const maxBatchSize = options.maxBatchSize ?? DEFAULT_BATCH_SIZE
+  if (!Number.isSafeInteger(maxBatchSize) || maxBatchSize < 1 || maxBatchSize > MAX_BATCH_SIZE) {
+    throw invalid('maxBatchSize', `must be an integer from 1 to ${MAX_BATCH_SIZE}`, maxBatchSize)
   }
   const sql = buildStatements(quoted, prefix)
   const begin = sql.begin(timeoutMs, lockTimeoutMs)
@@ -126,35 +129,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     const { rows } = await run<HeldRow>(pool, statement, values)
     return rows[0] ? claimOf(scope, key, rows[0]) : null
   }
-  /** One claim statement for one key: its row, if any, and when it was sent. */
-  const claimAlone = async (request: ClaimRequest): Promise<ClaimAnswer> => {
-    const sentAt = performance.now()
-    const { rows } = await send<ClaimRow>(pool, bind(sql.claim, claimValues(request, lockTimeoutMs), timeoutMs), timeoutMs, 'the claim', (late) => {
-      if (late.rows[0]?.outcome === 'claimed') request.onLateInsert?.()
-    })
-    return { row: rows[0], sentAt }
-  }
-  const claims = new NaturalBatch<ClaimRequest, ClaimAnswer>(claimBatchSize, async (requests) => {
-    const [only] = requests
-    if (requests.length === 1 && only !== undefined) return [await claimAlone(only).catch((error: unknown) => ({ error, sentAt: 0 }))]
-    const sentAt = performance.now()
-    const input = JSON.stringify(requests.map(batchInput))
-    try {
-      const { rows } = await send<ClaimBatchRow>(pool, bind(sql.claimBatch, [input, lockTimeoutMs], timeoutMs), timeoutMs, 'the claim', (late) => {
-        for (const row of late.rows) if (row.outcome === 'claimed') requests[row.n]?.onLateInsert?.()
-      })
-      const answers: ClaimAnswer[] = requests.map(() => ({ row: undefined, sentAt }))
-      for (const row of rows) answers[row.n] = { row, sentAt }
-      return answers
-    } catch (error) {
-      // A lost connection, a timeout, a server shutting down: every claim of the batch fails with
-      // it, as each would have alone, and the engine retries each. An error of the statement's
-      // own (a value PostgreSQL refuses in one claim) must not fail the others: each claim runs
-      // once more alone and gets its own answer.
-      if (sqlState(error) === undefined || isTransientPgError(error)) throw error
-      return Promise.all(requests.map((request) => claimAlone(request).catch((own: unknown) => ({ error: own, sentAt: 0 }))))
-    }
-  })
+  const writes = batchedWrites({ pool, sql, timeoutMs, lockTimeoutMs, channel, maxBatchSize })
   // A pool of one connection cannot lend it to LISTEN: its waiters could then never read.
   const watcher =
     listen === false || (listen === true && poolSize(pool) < 2)
@@ -176,9 +151,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     async claim(request: ClaimRequest): Promise<ClaimAttempt> {
       const { scope, key } = request
       for (let attempt = 0; attempt < CLAIM_ATTEMPTS; attempt++) {
-        const answer = await claims.submit(request)
-        if ('error' in answer) throw answer.error
-        const { row, sentAt } = answer
+        const { row, sentAt } = await writes.claim(request)
         if (row?.outcome === 'claimed') return { kind: 'inserted', claim: newClaimOf(scope, key, request.claimId, request.fenceToken) }
         if (row) return { kind: 'existing', snapshot: snapshotOf(scope, key, keyRowFromJson(row.snapshot)) }
         if (performance.now() - sentAt >= lockTimeoutMs) {
@@ -210,7 +183,10 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     },
     async complete(fence: Fence, completion: StoreCompletion<Queryable>) {
       const { statements } = completion
-      if (statements === undefined) return fenced(completion.tx ?? pool, sql.complete, fence, [...completionValues(completion), channel])
+      if (statements === undefined) {
+        const { tx } = completion
+        return tx === undefined ? writes.complete(fence, completion) : fenced(tx, sql.complete, fence, [...completionValues(completion), channel])
+      }
       const first = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel])
       try {
         await flight(pool, begin, timeoutMs, [first, ...statements])
@@ -250,34 +226,6 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       return result.rows[0]?.count ?? 0
     },
   })
-}
-
-/** What a claim statement answered for one claim, or the error that claim alone met. */
-type ClaimAnswer = { row: ClaimRow | undefined; sentAt: number } | { error: unknown; sentAt: number }
-
-/** The single claim statement's values (`claim`'s $1 to $8). */
-function claimValues(request: ClaimRequest, lockTimeoutMs: number): unknown[] {
-  return [request.scope, request.key, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs, request.staleAfterMs ?? null]
-}
-
-/** One claim of the batched claim statement's input, `n` its place in the batch. */
-function batchInput(request: ClaimRequest, n: number): ClaimBatchInput {
-  return {
-    n,
-    scope: request.scope,
-    key: request.key,
-    fingerprint: request.fingerprint,
-    ttl_ms: request.ttlMs,
-    claim_id: request.claimId,
-    fence_token: request.fenceToken,
-    stale_after_ms: request.staleAfterMs ?? null,
-  }
-}
-
-function completionValues(outcome: FinalOutcome): unknown[] {
-  const { response } = outcome
-  const body = Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength)
-  return [outcome.status, response.status, JSON.stringify(response.headers), body]
 }
 
 /** A `pg.Pool`'s `max`, or Infinity for a pool that does not say. */

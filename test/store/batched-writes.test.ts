@@ -2,17 +2,18 @@ import { randomUUID } from 'node:crypto'
 import type pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprintRequest } from '../../src/index.js'
-import type { ClaimRequest } from '../../src/engine/store.js'
+import type { ClaimRequest, Fence, FinalOutcome } from '../../src/engine/store.js'
 import type { ClaimAttempt } from '../../src/engine/types.js'
+import { deferred } from '../helpers/deferred.js'
 import type { PoolLike, QueryConfig, QueryResult } from '../../src/store/postgres/index.js'
 import { createPostgresStore } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { keyTable, storeClaim } from '../helpers/engine.js'
 
-// Issue 21: the claims that arrive while one is in flight share one statement (claimBatchSize).
-// Each claim of a batch must get the answer it would have got alone, a batch must never deadlock
-// with another, one claim PostgreSQL refuses must not fail the others, and a batch given up on
-// must still report the claims it inserted late.
+// Issue 21: the claims, and the completions, that arrive while one is in flight share one
+// statement (maxBatchSize). Each of a batch must get the answer it would have got alone, a claim
+// batch must never deadlock with another, one that PostgreSQL refuses must not fail the others,
+// and a claim batch given up on must still report the claims it inserted late.
 
 let db: TestDatabase
 beforeAll(async () => {
@@ -29,14 +30,14 @@ function claimRequest(scope: string, key: string, extra: Partial<ClaimRequest> =
   return { scope, key, fingerprint, ttlMs: 86_400_000, claimId: randomUUID(), fenceToken: randomUUID(), ...extra }
 }
 
-/** A pool that records the first words of every statement sent, the single claim as `claim` and the batch as `batch`. */
+/** A pool that records every statement sent: a claim as `claim`, a claim batch as `batch`, a completion as `complete` or `complete batch`, any other by its first words. */
 function recordingPool(pool: pg.Pool): PoolLike & { sent: string[] } {
   const sent: string[] = []
   return {
     sent,
     async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
       const text = config.text.trimStart()
-      sent.push(text.startsWith('WITH existing') ? 'claim' : text.startsWith('WITH seen') ? 'batch' : text.slice(0, 20))
+      sent.push(text.startsWith('WITH existing') ? 'claim' : text.startsWith('WITH seen') ? 'batch' : !text.startsWith('UPDATE') ? text.slice(0, 20) : text.includes('json_to_recordset') ? 'complete batch' : text.includes('SET status = $4') ? 'complete' : text.slice(0, 20))
       const result: QueryResult<unknown> = await pool.query(config)
       return result as QueryResult<R>
     },
@@ -57,7 +58,7 @@ async function rowsOf(scope: string): Promise<Array<{ key: string; claim_id: str
   return rows
 }
 
-describe('claims that arrive together share one statement (claimBatchSize)', () => {
+describe('claims that arrive together share one statement (maxBatchSize)', () => {
   it('twenty claims sent at once: the first leaves alone, the nineteen that arrived while it was in flight leave as one batch', async () => {
     const pool = recordingPool(db.pool)
     const store = createPostgresStore({ pool, schema: db.schema })
@@ -70,13 +71,13 @@ describe('claims that arrive together share one statement (claimBatchSize)', () 
     expect(await rowsOf(scope)).toEqual(requests.map((request) => ({ key: request.key, claim_id: request.claimId })))
   })
 
-  it('claimBatchSize bounds a batch, and 1 sends every claim alone', async () => {
+  it('maxBatchSize bounds a batch, and 1 sends every claim alone', async () => {
     for (const [size, expected] of [
       [1, ['claim', 'claim', 'claim', 'claim', 'claim', 'claim', 'claim']],
       [4, ['claim', 'batch', 'batch']],
     ] as const) {
       const pool = recordingPool(db.pool)
-      const store = createPostgresStore({ pool, schema: db.schema, claimBatchSize: size })
+      const store = createPostgresStore({ pool, schema: db.schema, maxBatchSize: size })
       const scope = `batch-size-${size}-${randomUUID().slice(0, 8)}`
       const attempts = Array.from({ length: 7 }, (_, n) => store.claim(claimRequest(scope, `k${n}`)))
       expect(await settle(attempts)).toEqual(Array.from({ length: 7 }, () => 'inserted'))
@@ -205,7 +206,9 @@ describe('claims that arrive together share one statement (claimBatchSize)', () 
   it('a batch given up on (statementTimeoutMs) whose answer comes late calls onLateInsert for each claim it inserted', async () => {
     const pool = db.newPool(1)
     pool.on('error', () => undefined)
-    const store = createPostgresStore({ pool, schema: db.schema, statementTimeoutMs: 300, lockTimeoutMs: 100 })
+    // pg's own query_timeout is the same 1 s, and starts once the connection is free: each
+    // statement then has that long to run, a new connection's prepares included, on a loaded machine.
+    const store = createPostgresStore({ pool, schema: db.schema, statementTimeoutMs: 1000, lockTimeoutMs: 100 })
     const scope = `batch-late-${randomUUID().slice(0, 8)}`
     await storeClaim(createPostgresStore({ pool: db.pool, schema: db.schema }), { scope, key: 'there', fingerprint })
     // The pool's only connection is held: the lone claim and the batch behind it both wait for it past their timeout.
@@ -215,8 +218,118 @@ describe('claims that arrive together share one statement (claimBatchSize)', () 
     const outcomes = await settle(keys.map((key) => store.claim(claimRequest(scope, key, { onLateInsert: () => late.push(key) }))))
     expect(outcomes).toEqual(keys.map(() => 'ONCELY_STORE_UNAVAILABLE'))
     held.release()
-    for (let n = 0; n < 200 && late.length < 3; n++) await new Promise((resolve) => setTimeout(resolve, 10))
+    for (let n = 0; n < 500 && late.length < 3; n++) await new Promise((resolve) => setTimeout(resolve, 10))
     expect(late.toSorted()).toEqual(['lead', 'new-1', 'new-2'])
+  })
+})
+
+/** Claims `keys` under `scope` one by one, each its own owner's fence. */
+async function claimed(store: ReturnType<typeof createPostgresStore>, scope: string, keys: string[]): Promise<Fence[]> {
+  const fences: Fence[] = []
+  for (const key of keys) {
+    const attempt = await storeClaim(store, { scope, key, fingerprint })
+    if (attempt.kind !== 'claimed') throw new Error(`${key} was not free`)
+    fences.push({ scope, key, fenceToken: attempt.claim.fenceToken })
+  }
+  return fences
+}
+
+function outcome(status: number, body: string): FinalOutcome {
+  return { status: 'completed', response: { status, headers: [['content-type', 'application/json'], ['x-n', String(status)]], body: new TextEncoder().encode(body) } }
+}
+
+async function completedRows(scope: string) {
+  const { rows } = await db.pool.query<{ key: string; status: string; response_status: number | null; response_headers: unknown; body: string | null; locked_at: Date | null }>(
+    `SELECT key, status, response_status, response_headers, convert_from(response_body, 'UTF8') AS body, locked_at FROM ${table()} WHERE scope = $1 ORDER BY key`,
+    [scope],
+  )
+  return rows
+}
+
+describe('completions that arrive together share one statement (maxBatchSize)', () => {
+  it('twelve completions at once: the first alone, the eleven behind it as one batch, each row settled with its own response', async () => {
+    const pool = recordingPool(db.pool)
+    const store = createPostgresStore({ pool, schema: db.schema })
+    const scope = `complete-${randomUUID().slice(0, 8)}`
+    const keys = Array.from({ length: 12 }, (_, n) => `k${String(n).padStart(2, '0')}`)
+    const fences = await claimed(store, scope, keys)
+    pool.sent.length = 0
+    const done = await Promise.all(fences.map((fence, n) => store.complete(fence, outcome(200 + n, `{"n":${n},"é":"ü"}`))))
+    expect(done).toEqual(keys.map(() => true))
+    expect(pool.sent).toEqual(['complete', 'complete batch'])
+    expect(await completedRows(scope)).toEqual(
+      keys.map((key, n) => ({
+        key,
+        status: 'completed',
+        response_status: 200 + n,
+        response_headers: [['content-type', 'application/json'], ['x-n', String(200 + n)]],
+        body: `{"n":${n},"é":"ü"}`,
+        locked_at: null,
+      })),
+    )
+  })
+
+  it('a completion whose token no longer holds its claim answers false in a batch and writes nothing; the others complete', async () => {
+    const pool = recordingPool(db.pool)
+    const store = createPostgresStore({ pool, schema: db.schema })
+    const scope = `complete-fence-${randomUUID().slice(0, 8)}`
+    const [lead, a, lost, b] = await claimed(store, scope, ['a-lead', 'b', 'c-lost', 'd'])
+    pool.sent.length = 0
+    const stale = { ...lost!, fenceToken: randomUUID() }
+    const done = await Promise.all([lead!, a!, stale, b!].map((fence) => store.complete(fence, outcome(201, '{}'))))
+    expect(done).toEqual([true, true, false, true])
+    expect(pool.sent).toEqual(['complete', 'complete batch'])
+    expect((await completedRows(scope)).map((row) => [row.key, row.status])).toEqual([
+      ['a-lead', 'completed'],
+      ['b', 'completed'],
+      ['c-lost', 'in_progress'],
+      ['d', 'completed'],
+    ])
+  })
+
+  it('a body over 16 KiB is sent alone, beside the batch of the others', async () => {
+    const pool = recordingPool(db.pool)
+    const store = createPostgresStore({ pool, schema: db.schema })
+    const scope = `complete-large-${randomUUID().slice(0, 8)}`
+    const fences = await claimed(store, scope, ['a', 'b', 'c', 'd'])
+    pool.sent.length = 0
+    const large = `"${'x'.repeat(16 * 1024)}"`
+    const bodies = ['{}', '{}', large, '{}']
+    expect(await Promise.all(fences.map((fence, n) => store.complete(fence, outcome(201, bodies[n]!))))).toEqual([true, true, true, true])
+    expect(pool.sent.toSorted()).toEqual(['complete', 'complete', 'complete batch'])
+    expect((await completedRows(scope)).map((row) => row.body?.length)).toEqual([2, 2, large.length, 2])
+  })
+
+  it('a completion PostgreSQL refuses fails alone: the batch is run again one by one, and the others complete', async () => {
+    const pool = recordingPool(db.pool)
+    const store = createPostgresStore({ pool, schema: db.schema })
+    const scope = `complete-refused-${randomUUID().slice(0, 8)}`
+    const fences = await claimed(store, scope, ['a', 'b', 'c', 'd'])
+    pool.sent.length = 0
+    // The key table's status check (migration 001) refuses what the engine never sends.
+    const refused = { ...outcome(201, '{}'), status: 'settled' } as unknown as FinalOutcome
+    const settled = await Promise.allSettled(fences.map((fence, n) => store.complete(fence, n === 2 ? refused : outcome(201, '{}'))))
+    expect(settled.map((s) => (s.status === 'fulfilled' ? s.value : (s.reason as { code?: string }).code))).toEqual([true, true, '23514', true])
+    expect(pool.sent).toEqual(['complete', 'complete batch', 'complete', 'complete', 'complete'])
+    expect((await completedRows(scope)).map((row) => row.status)).toEqual(['completed', 'completed', 'in_progress', 'completed'])
+  })
+
+  it('a batch wakes the waiter of a claim it completes (its row marked awaited)', async () => {
+    const store = createPostgresStore({ pool: db.newPool(4), schema: db.schema })
+    const scope = `complete-wake-${randomUUID().slice(0, 8)}`
+    const [lead, watched, other] = await claimed(store, scope, ['a', 'b', 'c'])
+    const { rows } = await db.pool.query<{ claim_id: string }>(`SELECT claim_id::text FROM ${table()} WHERE scope = $1 AND key = 'b'`, [scope])
+    const woken = deferred()
+    const watch = store.watchClaim?.({ scope, key: 'b', claimId: rows[0]!.claim_id }, () => woken.resolve())
+    for (let n = 0; n < 500 && watch?.live !== true; n++) await new Promise((resolve) => setTimeout(resolve, 10))
+    expect(watch?.live).toBe(true)
+    try {
+      expect(await Promise.all([lead!, watched!, other!].map((fence) => store.complete(fence, outcome(201, '{}'))))).toEqual([true, true, true])
+      const answer = await Promise.race([woken.promise.then(() => 'woken'), new Promise((resolve) => setTimeout(() => resolve('not woken'), 5000))])
+      expect(answer).toBe('woken')
+    } finally {
+      watch?.stop()
+    }
   })
 })
 

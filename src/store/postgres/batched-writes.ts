@@ -1,0 +1,153 @@
+/**
+ * The claims and completions the store sends on its pool, batched when they arrive together
+ * (issue 21, `natural-batch.ts`): a lone one is its own statement; several share one statement,
+ * one round trip and one commit, each decided as it would be alone.
+ */
+import type { ClaimRequest, Fence, FinalOutcome } from '../../engine/store.js'
+import type { PoolLike } from './executor.js'
+import { eachAlone, NaturalBatch, type Settled } from './natural-batch.js'
+import { isTransientPgError, sqlState } from './pg-errors.js'
+import { bind, send } from './statement-runner.js'
+import type { ClaimBatchInput, ClaimBatchRow, ClaimRow, CompletionBatchInput, Statement, Statements } from './statements.js'
+
+export interface BatchedWritesOptions {
+  pool: PoolLike
+  sql: Statements
+  timeoutMs: number
+  lockTimeoutMs: number
+  /** The key channel a completion wakes waiters on. */
+  channel: string
+  /** The most claims, and completions, one statement carries. */
+  maxBatchSize: number
+}
+
+/** What a claim statement answered for one claim, and when it was sent. */
+export interface ClaimAnswer {
+  row: ClaimRow | undefined
+  sentAt: number
+}
+
+/**
+ * A completion's body travels in the batch's JSON, as base64: past this size it is sent alone,
+ * as bytes, so one large response never makes a batch's parameter large.
+ */
+export const MAX_BATCHED_BODY_BYTES = 16 * 1024
+
+/**
+ * Runs `batch` for several inputs. A lost connection, a timeout, a server shutting down fail every
+ * input of the batch, as each would have failed alone, and the engine retries each. An error of
+ * the statement's own (a value PostgreSQL refuses in one input) must not fail the others: each
+ * runs once more alone and gets its own answer.
+ */
+async function orEachAlone<In, Out>(inputs: In[], batch: () => Promise<Array<Settled<Out>>>, alone: (input: In) => Promise<Out>): Promise<Array<Settled<Out>>> {
+  try {
+    return await batch()
+  } catch (error) {
+    if (sqlState(error) === undefined || isTransientPgError(error)) throw error
+    return eachAlone(inputs, alone)
+  }
+}
+
+export function batchedWrites(options: BatchedWritesOptions) {
+  const { pool, sql, timeoutMs, lockTimeoutMs, channel, maxBatchSize } = options
+  const sendOn = <R>(statement: Statement, values: unknown[], what: string, onLate?: (late: { rows: R[] }) => void) =>
+    send<R>(pool, bind(statement, values, timeoutMs), timeoutMs, what, onLate)
+
+  const claimAlone = async (request: ClaimRequest): Promise<ClaimAnswer> => {
+    const sentAt = performance.now()
+    const { rows } = await sendOn<ClaimRow>(sql.claim, claimValues(request, lockTimeoutMs), 'the claim', (late) => {
+      if (late.rows[0]?.outcome === 'claimed') request.onLateInsert?.()
+    })
+    return { row: rows[0], sentAt }
+  }
+  const claims = new NaturalBatch<ClaimRequest, ClaimAnswer>(maxBatchSize, async (requests) => {
+    if (requests.length === 1) return eachAlone(requests, claimAlone)
+    return orEachAlone(
+      requests,
+      async () => {
+        const sentAt = performance.now()
+        const input = JSON.stringify(requests.map(claimInput))
+        const { rows } = await sendOn<ClaimBatchRow>(sql.claimBatch, [input, lockTimeoutMs], 'the claim', (late) => {
+          for (const row of late.rows) if (row.outcome === 'claimed') requests[row.n]?.onLateInsert?.()
+        })
+        const answers: Array<Settled<ClaimAnswer>> = requests.map(() => ({ ok: true, value: { row: undefined, sentAt } }))
+        for (const row of rows) answers[row.n] = { ok: true, value: { row, sentAt } }
+        return answers
+      },
+      claimAlone,
+    )
+  })
+
+  type Completion = { fence: Fence; outcome: FinalOutcome }
+  const completeAlone = async ({ fence, outcome }: Completion): Promise<boolean> => {
+    const result = await sendOn(sql.complete, [fence.scope, fence.key, fence.fenceToken, ...completionValues(outcome), channel], sql.complete.name ?? 'a statement')
+    return (result.rowCount ?? 0) === 1
+  }
+  const completions = new NaturalBatch<Completion, boolean>(maxBatchSize, async (batch) => {
+    if (batch.length === 1) return eachAlone(batch, completeAlone)
+    return orEachAlone(
+      batch,
+      async () => {
+        const input = JSON.stringify(batch.map(completionInput))
+        const { rows } = await sendOn<{ n: number }>(sql.completeBatch, [input, channel], 'the completion')
+        const answers: Array<Settled<boolean>> = batch.map(() => ({ ok: true, value: false }))
+        for (const { n } of rows) answers[n] = { ok: true, value: true }
+        return answers
+      },
+      completeAlone,
+    )
+  })
+
+  return {
+    /** One claim round: the key's row as the claim statement answers it, batched with the claims that arrived meanwhile. */
+    claim: (request: ClaimRequest): Promise<ClaimAnswer> => claims.submit(request),
+    /** A fenced completion on the pool: true when the caller's token still held the claim. */
+    complete: (fence: Fence, outcome: FinalOutcome): Promise<boolean> =>
+      outcome.response.body.byteLength > MAX_BATCHED_BODY_BYTES ? completeAlone({ fence, outcome }) : completions.submit({ fence, outcome }),
+  }
+}
+
+/** The single claim statement's values (`claim`'s $1 to $8). */
+function claimValues(request: ClaimRequest, lockTimeoutMs: number): unknown[] {
+  return [request.scope, request.key, request.fingerprint, request.ttlMs, request.claimId, request.fenceToken, lockTimeoutMs, request.staleAfterMs ?? null]
+}
+
+/** One claim of the batched claim statement's input, `n` its place in the batch. */
+function claimInput(request: ClaimRequest, n: number): ClaimBatchInput {
+  return {
+    n,
+    scope: request.scope,
+    key: request.key,
+    fingerprint: request.fingerprint,
+    ttl_ms: request.ttlMs,
+    claim_id: request.claimId,
+    fence_token: request.fenceToken,
+    stale_after_ms: request.staleAfterMs ?? null,
+  }
+}
+
+/** The response's body as the bytes it is, without a copy. */
+function bodyBytes(outcome: FinalOutcome): Buffer {
+  const { body } = outcome.response
+  return Buffer.from(body.buffer, body.byteOffset, body.byteLength)
+}
+
+/** The single completion's values after the fence (`complete`'s $4 to $7). */
+export function completionValues(outcome: FinalOutcome): unknown[] {
+  const { response } = outcome
+  return [outcome.status, response.status, JSON.stringify(response.headers), bodyBytes(outcome)]
+}
+
+/** One completion of the batched completion statement's input, `n` its place in the batch. */
+function completionInput({ fence, outcome }: { fence: Fence; outcome: FinalOutcome }, n: number): CompletionBatchInput {
+  return {
+    n,
+    scope: fence.scope,
+    key: fence.key,
+    fence_token: fence.fenceToken,
+    status: outcome.status,
+    response_status: outcome.response.status,
+    response_headers: outcome.response.headers,
+    response_body: bodyBytes(outcome).toString('base64'),
+  }
+}
