@@ -45,6 +45,12 @@ function recordingPool(pool: pg.Pool): PoolLike & { sent: string[] } {
   }
 }
 
+/** A store on the test's pool whose every statement is recorded (`pool.sent`). */
+function recordingStore(maxBatchSize?: number) {
+  const pool = recordingPool(db.pool)
+  return { pool, store: createPostgresStore({ pool, schema: db.schema, ...(maxBatchSize === undefined ? {} : { maxBatchSize }) }) }
+}
+
 /** Every claim settled, as its kind or the error's SQLSTATE or code. */
 async function settle(attempts: Array<Promise<ClaimAttempt>>): Promise<string[]> {
   const settled = await Promise.allSettled(attempts)
@@ -60,8 +66,7 @@ async function rowsOf(scope: string): Promise<Array<{ key: string; claim_id: str
 
 describe('claims that arrive together share one statement (maxBatchSize)', () => {
   it('twenty claims sent at once: the first leaves alone, the nineteen that arrived while it was in flight leave as one batch', async () => {
-    const pool = recordingPool(db.pool)
-    const store = createPostgresStore({ pool, schema: db.schema })
+    const { pool, store } = recordingStore()
     const scope = `batch-${randomUUID().slice(0, 8)}`
     const keys = Array.from({ length: 20 }, (_, n) => `k${String(n).padStart(2, '0')}`)
     const requests = keys.map((key) => claimRequest(scope, key))
@@ -76,8 +81,7 @@ describe('claims that arrive together share one statement (maxBatchSize)', () =>
       [1, ['claim', 'claim', 'claim', 'claim', 'claim', 'claim', 'claim']],
       [4, ['claim', 'batch', 'batch']],
     ] as const) {
-      const pool = recordingPool(db.pool)
-      const store = createPostgresStore({ pool, schema: db.schema, maxBatchSize: size })
+      const { pool, store } = recordingStore(size)
       const scope = `batch-size-${size}-${randomUUID().slice(0, 8)}`
       const attempts = Array.from({ length: 7 }, (_, n) => store.claim(claimRequest(scope, `k${n}`)))
       expect(await settle(attempts)).toEqual(Array.from({ length: 7 }, () => 'inserted'))
@@ -86,8 +90,7 @@ describe('claims that arrive together share one statement (maxBatchSize)', () =>
   })
 
   it('each claim of a batch gets its own answer: new keys inserted, a key in flight and a completed key reported, two claims of one key one owner', async () => {
-    const pool = recordingPool(db.pool)
-    const store = createPostgresStore({ pool, schema: db.schema })
+    const { pool, store } = recordingStore()
     const scope = `batch-mixed-${randomUUID().slice(0, 8)}`
     const inFlight = await storeClaim(store, { scope, key: 'in-flight', fingerprint })
     const done = await storeClaim(store, { scope, key: 'completed', fingerprint })
@@ -160,8 +163,7 @@ describe('claims that arrive together share one statement (maxBatchSize)', () =>
   })
 
   it('a claim PostgreSQL refuses fails alone: the batch is run again claim by claim, and the others are inserted', async () => {
-    const pool = recordingPool(db.pool)
-    const store = createPostgresStore({ pool, schema: db.schema })
+    const { pool, store } = recordingStore()
     const scope = `batch-refused-${randomUUID().slice(0, 8)}`
     // stale_after_ms > 0 is the key table's own check (migration 004): the engine never sends 0,
     // so a store used directly is the way to make one claim of a batch fail in PostgreSQL.
@@ -248,8 +250,7 @@ async function completedRows(scope: string) {
 
 describe('completions that arrive together share one statement (maxBatchSize)', () => {
   it('twelve completions at once: the first alone, the eleven behind it as one batch, each row settled with its own response', async () => {
-    const pool = recordingPool(db.pool)
-    const store = createPostgresStore({ pool, schema: db.schema })
+    const { pool, store } = recordingStore()
     const scope = `complete-${randomUUID().slice(0, 8)}`
     const keys = Array.from({ length: 12 }, (_, n) => `k${String(n).padStart(2, '0')}`)
     const fences = await claimed(store, scope, keys)
@@ -270,8 +271,7 @@ describe('completions that arrive together share one statement (maxBatchSize)', 
   })
 
   it('a completion whose token no longer holds its claim answers false in a batch and writes nothing; the others complete', async () => {
-    const pool = recordingPool(db.pool)
-    const store = createPostgresStore({ pool, schema: db.schema })
+    const { pool, store } = recordingStore()
     const scope = `complete-fence-${randomUUID().slice(0, 8)}`
     const [lead, a, lost, b] = await claimed(store, scope, ['a-lead', 'b', 'c-lost', 'd'])
     pool.sent.length = 0
@@ -288,8 +288,7 @@ describe('completions that arrive together share one statement (maxBatchSize)', 
   })
 
   it('a body over 16 KiB is sent alone, beside the batch of the others', async () => {
-    const pool = recordingPool(db.pool)
-    const store = createPostgresStore({ pool, schema: db.schema })
+    const { pool, store } = recordingStore()
     const scope = `complete-large-${randomUUID().slice(0, 8)}`
     const fences = await claimed(store, scope, ['a', 'b', 'c', 'd'])
     pool.sent.length = 0
@@ -301,8 +300,7 @@ describe('completions that arrive together share one statement (maxBatchSize)', 
   })
 
   it('a completion PostgreSQL refuses fails alone: the batch is run again one by one, and the others complete', async () => {
-    const pool = recordingPool(db.pool)
-    const store = createPostgresStore({ pool, schema: db.schema })
+    const { pool, store } = recordingStore()
     const scope = `complete-refused-${randomUUID().slice(0, 8)}`
     const fences = await claimed(store, scope, ['a', 'b', 'c', 'd'])
     pool.sent.length = 0
