@@ -73,6 +73,32 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
     expect({ value, runs, state: execution.state }).toEqual({ value: 'ch_commit', runs: 1, state: 'completed' })
   })
 
+  it('a batch of claims (issue 21): each retry finds its own claim, not a conflict', async () => {
+    // One engine, one store: the first claim leaves alone, the three behind it as one batch, whose answer is cut.
+    const shared = engine()
+    const cut = proxy.cutNextAnswer({ to: '_claim_batch' })
+    const decisions = await Promise.all(['lost-batch-0', 'lost-batch-1', 'lost-batch-2', 'lost-batch-3'].map((key) => shared.begin(input(key))))
+    await cut
+    expect(decisions.map((decision) => decision.kind === 'execute' && decision.execution.how)).toEqual(['new', 'new', 'new', 'new'])
+    for (const decision of decisions) if (decision.kind === 'execute') await decision.execution.complete(jsonResponse(201, '{}'))
+  })
+
+  it('a batch of completions (issue 21): each ends completed, not lock lost', async () => {
+    const shared = engine()
+    const executions = []
+    for (const key of ['lost-completes-0', 'lost-completes-1', 'lost-completes-2']) {
+      const decision = await shared.begin(input(key))
+      if (decision.kind !== 'execute') throw new Error(decision.kind)
+      executions.push(decision.execution)
+    }
+    const cut = proxy.cutNextAnswer({ to: '_complete_batch' })
+    await Promise.all(executions.map((execution) => execution.complete(jsonResponse(201, '{"ok":true}'))))
+    await cut
+    expect(executions.map((execution) => execution.state)).toEqual(['completed', 'completed', 'completed'])
+    const { rows } = await db.pool.query(`SELECT key, status FROM ${keyTable(db)} WHERE key LIKE 'lost-completes-%' ORDER BY key`)
+    expect(rows.map((row: { status: string }) => row.status)).toEqual(['completed', 'completed', 'completed'])
+  })
+
   it('a take-over: the retry owns the claim it took', async () => {
     const { engine: direct } = engineOn(db)
     const dead = await direct.begin(input('lost-take-over'))
