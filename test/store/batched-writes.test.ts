@@ -7,6 +7,7 @@ import type { ClaimAttempt } from '../../src/engine/types.js'
 import { deferred } from '../helpers/deferred.js'
 import type { PoolLike, QueryConfig, QueryResult } from '../../src/store/postgres/index.js'
 import { createPostgresStore } from '../../src/store/postgres/index.js'
+import { MAX_BATCHED_BODY_BYTES } from '../../src/store/postgres/batched-writes.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { keyTable, storeClaim } from '../helpers/engine.js'
 
@@ -292,7 +293,7 @@ describe('completions that arrive together share one statement (maxBatchSize)', 
     const scope = `complete-large-${randomUUID().slice(0, 8)}`
     const fences = await claimed(store, scope, ['a', 'b', 'c', 'd'])
     pool.sent.length = 0
-    const large = `"${'x'.repeat(16 * 1024)}"`
+    const large = `"${'x'.repeat(MAX_BATCHED_BODY_BYTES)}"`
     const bodies = ['{}', '{}', large, '{}']
     expect(await Promise.all(fences.map((fence, n) => store.complete(fence, outcome(201, bodies[n]!))))).toEqual([true, true, true, true])
     expect(pool.sent.toSorted()).toEqual(['complete', 'complete', 'complete batch'])
