@@ -10,7 +10,8 @@
  * nothing else, so what is left is the guard's own cost per fresh key. `--target lean` profiles the
  * lean durable baseline (bench/baselines/lean-durable.ts) under the same load, the floor to read
  * the service's profile against. `--replay` sends one key, completed before the load, with every
- * request: the profile of a replay instead of a fresh charge.
+ * request: the profile of a replay instead of a fresh charge. `--redis-url URL` gives the service
+ * its Redis cache (`REDIS_URL`).
  */
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -32,7 +33,7 @@ interface Profile {
   timeDeltas: number[]
 }
 
-const { values } = parseArgs({ options: { target: { type: 'string', default: 'service' }, strategy: { type: 'string', default: 'atomic-phases' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' }, callers: { type: 'string' }, save: { type: 'string' }, replay: { type: 'boolean', default: false } } })
+const { values } = parseArgs({ options: { target: { type: 'string', default: 'service' }, strategy: { type: 'string', default: 'atomic-phases' }, seconds: { type: 'string', default: '10' }, top: { type: 'string', default: '25' }, callers: { type: 'string' }, save: { type: 'string' }, replay: { type: 'boolean', default: false }, 'redis-url': { type: 'string' } } })
 const database = await openBenchDatabase()
 const directory = await mkdtemp(path.join(tmpdir(), 'oncely-profile-'))
 const provider = await startCli(['provider', '--port', '0', '--latency-ms', '0'])
@@ -44,7 +45,7 @@ try {
     ? await startProgram(new URL('./baselines/lean-durable.ts', import.meta.url).pathname, ['--port', '0', '--database-url', database.url, '--schema', 'bench_profile_lean', '--provider-url', provider.url], {}, profiled)
     : minimal
     ? await startProgram(new URL('./baselines/express-app.ts', import.meta.url).pathname, ['--oncely', '--database-url', database.url, '--schema', 'bench_profile_minimal', '--provider-url', provider.url], {}, profiled)
-    : await startCli(['serve', '--port', '0', '--database-url', database.url, '--schema', 'bench_profile', '--provider-url', provider.url, '--strategy', values.strategy], {}, profiled)
+    : await startCli(['serve', '--port', '0', '--database-url', database.url, '--schema', 'bench_profile', '--provider-url', provider.url, '--strategy', values.strategy], values['redis-url'] === undefined ? {} : { REDIS_URL: values['redis-url'] }, profiled)
   let n = 0
   const headers = (key: string) => ({ authorization: 'Bearer demo_7', 'content-type': 'application/json', 'idempotency-key': key })
   const url = `${service.url}/v1/${minimal ? 'minimal' : 'charges'}`

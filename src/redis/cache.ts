@@ -1,5 +1,6 @@
 import type { StoredResponse } from '../engine/types.js'
 import { decodeEntry, encodeEntry, EVICTED, type CacheEntry, type NewCacheEntry } from './entry.js'
+import { rawReads, type Bounded } from './raw-reads.js'
 import { resolveRedisCacheOptions, type RedisCacheOptions, type ResolvedRedisCacheOptions } from './options.js'
 
 /** Entries are written to expire this much before what they are bounded by: round trips are not instant. */
@@ -64,13 +65,15 @@ export function createRedisCache(options: RedisCacheOptions): RedisCache {
   const { redis, secret, keyPrefix, timeoutMs, onError } = resolved
   const redisKey = (scope: string, key: string) => `${keyPrefix}${encodeURIComponent(scope)}:${key}`
   // Every command is bounded: a Redis that hangs is a miss after timeoutMs, never a stuck request.
-  const bounded = async <T>(command: () => Promise<T>): Promise<T | undefined> => {
+  const bounded: Bounded = async (command, withinMs) => {
     let timer: NodeJS.Timeout | undefined
+    const late = new Error(`Redis did not answer within ${timeoutMs} ms`)
     try {
+      if (withinMs <= 0) throw late
       return await Promise.race([
         command(),
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`Redis did not answer within ${timeoutMs} ms`)), timeoutMs)
+          timer = setTimeout(() => reject(late), withinMs)
         }),
       ])
     } catch (error) {
@@ -80,8 +83,9 @@ export function createRedisCache(options: RedisCacheOptions): RedisCache {
       clearTimeout(timer)
     }
   }
+  const readRaw = rawReads(redis, timeoutMs, bounded)
   const evict = async (scope: string, key: string) => {
-    await bounded(() => redis.set(redisKey(scope, key), EVICTED, 'PX', resolved.evictedMs))
+    await bounded(() => redis.set(redisKey(scope, key), EVICTED, 'PX', resolved.evictedMs), timeoutMs)
   }
   const write = async (scope: string, key: string, entry: NewCacheEntry, overwrite: boolean) => {
     const ttlMs = entry.lifeMs
@@ -93,14 +97,14 @@ export function createRedisCache(options: RedisCacheOptions): RedisCache {
       return
     }
     const value = encodeEntry(secret, scope, key, entry)
-    await bounded(() => (overwrite ? redis.set(redisKey(scope, key), value, 'PX', ttlMs) : redis.set(redisKey(scope, key), value, 'PX', ttlMs, 'NX')))
+    await bounded(() => (overwrite ? redis.set(redisKey(scope, key), value, 'PX', ttlMs) : redis.set(redisKey(scope, key), value, 'PX', ttlMs, 'NX')), timeoutMs)
   }
   return Object.freeze({
     options: resolved,
     async read(scope: string, key: string) {
-      // Issue 22: the entry's age is Redis's, by what is left of the life it was written with;
-      // both commands leave together on the client's one connection.
-      const read = await bounded(() => Promise.all([redis.get(redisKey(scope, key)), redis.pttl(redisKey(scope, key))]))
+      // Issue 22: the entry's age is Redis's, by what is left of the life it was written with,
+      // read in the same command as the value (issue 21: with the other reads waiting, if any).
+      const read = await readRaw(redisKey(scope, key))
       return read === undefined ? undefined : decodeEntry(secret, scope, key, read[0], read[1])
     },
     async rememberSettled(snapshot: SettledSnapshot, elapsedMs: number, overwrite: boolean) {

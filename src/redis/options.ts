@@ -8,6 +8,14 @@ export interface RedisLike {
   pttl(key: string): Promise<number>
   set(key: string, value: string, mode: 'PX', milliseconds: number): Promise<unknown>
   set(key: string, value: string, mode: 'PX', milliseconds: number, condition: 'NX'): Promise<unknown>
+  /**
+   * Scripts, when the client has them (an `ioredis` client does): the reads that arrive together
+   * then leave as one command. Without them each read is a GET and a PTTL.
+   */
+  evalsha?(sha: string, numKeys: number, ...keys: string[]): Promise<unknown>
+  eval?(script: string, numKeys: number, ...keys: string[]): Promise<unknown>
+  /** True on an `ioredis` Cluster: its keys live in different slots, so each read is its own script. */
+  readonly isCluster?: boolean
 }
 
 export interface RedisCacheOptions {

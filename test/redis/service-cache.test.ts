@@ -66,7 +66,7 @@ describe.skipIf(!availability.run)('the reference service with REDIS_URL', () =>
     expect(await providerCharges(provider.url, id)).toHaveLength(1)
   })
 
-  it('a replay from the cache is two socket writes, its Redis read (GET and PTTL pipelined into one) and the answer (issue 21)', async () => {
+  it('a replay from the cache is two socket writes, its Redis read (one script) and the answer (issue 21)', async () => {
     const id = user()
     const body = charge('cus_pipelined', 1300)
     expect((await post(service.url, { user: id, key: 'pipelined', body })).status).toBe(201)
@@ -77,7 +77,7 @@ describe.skipIf(!availability.run)('the reference service with REDIS_URL', () =>
     const before = await writes()
     for (let i = 0; i < replays; i++) expect((await post(service.url, { user: id, key: 'pipelined', body })).headers.get('idempotent-replayed')).toBe('true')
     const perReplay = ((await writes()) - before) / replays
-    // Two commands written apart would make three; a replay from PostgreSQL, three as well
+    // A read written in two parts would make three; a replay from PostgreSQL, three as well
     // (the Redis read, the query, the answer). The half leaves room for the relay's polls.
     expect(perReplay, `${perReplay} writes per replay`).toBeLessThan(2.5)
     expect(perReplay).toBeGreaterThanOrEqual(2)

@@ -5,7 +5,7 @@
  */
 import type { ClaimRequest, Fence, FinalOutcome } from '../../engine/store.js'
 import type { PoolLike } from './executor.js'
-import { eachAlone, NaturalBatch, type Settled } from './natural-batch.js'
+import { eachAlone, NaturalBatch, type Settled } from '../../natural-batch.js'
 import { isTransientPgError, sqlState } from './pg-errors.js'
 import { bind, send } from './statement-runner.js'
 import type { ClaimBatchInput, ClaimBatchRow, ClaimRow, CompletionBatchInput, Statement, Statements } from './statements.js'
