@@ -25,23 +25,34 @@ const READ_SCRIPT_SHA = createHash('sha1').update(READ_SCRIPT).digest('hex')
  * otherwise makes. With scripts, a read leaves at once when none is in flight, and the reads that
  * arrive meanwhile leave together when it answers (natural batching, as the store's claims do):
  * one command for all of them. A Cluster's keys live in different slots, so there each read is a
- * script of its own key; a client without scripts sends the two commands.
+ * script of its own key; a client without scripts, or a Redis that refuses them, gets the two
+ * commands per read.
  *
  * Each read is bounded by `timeoutMs` from the moment it was asked for, time queued behind a
  * batch in flight included: a hanging Redis is a miss within `timeoutMs`, never twice that.
  */
 export function rawReads(redis: RedisLike, timeoutMs: number, bounded: Bounded): (redisKey: string) => Promise<RawEntry | undefined> {
+  const commands = (keys: string[]) => Promise.all(keys.map(async (key): Promise<RawEntry> => Promise.all([redis.get(key), redis.pttl(key)])))
   if (typeof redis.evalsha !== 'function' || typeof redis.eval !== 'function') {
-    return (redisKey) => bounded(() => Promise.all([redis.get(redisKey), redis.pttl(redisKey)]), timeoutMs)
+    return async (redisKey) => (await bounded(() => commands([redisKey]), timeoutMs))?.[0]
   }
   const scripts = redis as RedisLike & Required<Pick<RedisLike, 'evalsha' | 'eval'>>
+  // A Redis whose ACL or configuration refuses scripts (NOPERM, an unknown or renamed command)
+  // still serves GET and PTTL: refused once, the reads keep to those from then on.
+  let refused = false
   const script = async (keys: string[]): Promise<RawEntry[]> => {
+    if (refused) return commands(keys)
     let answer: unknown
     try {
       answer = await scripts.evalsha(READ_SCRIPT_SHA, keys.length, ...keys)
     } catch (error) {
+      const message = String((error as Error | undefined)?.message)
+      if (/^NOPERM|^ERR unknown command/.test(message)) {
+        refused = true
+        return commands(keys)
+      }
       // Redis forgets scripts on a restart or SCRIPT FLUSH: sent whole once, it knows it again.
-      if (!String((error as Error | undefined)?.message).startsWith('NOSCRIPT')) throw error
+      if (!message.startsWith('NOSCRIPT')) throw error
       answer = await scripts.eval(READ_SCRIPT, keys.length, ...keys)
     }
     return entriesOf(answer, keys.length)

@@ -1,10 +1,11 @@
+import { Redis } from 'ioredis'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { createRedisCache, type RedisCache, type SettledSnapshot } from '../../src/redis/cache.js'
 import type { CacheEntry } from '../../src/redis/entry.js'
 import type { RedisLike } from '../../src/redis/options.js'
 import { MAX_KEYS_PER_READ } from '../../src/redis/raw-reads.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
-import { REDIS_URL, redisForTests, testRedis } from './support/test-redis.js'
+import { REDIS_ADDRESS, REDIS_URL, redisForTests, testRedis } from './support/test-redis.js'
 
 // Issue 21: the cache's reads that arrive together leave as one command (a script answering each
 // key's value and PTTL), against the machine's real Redis. The client is the real one, wrapped
@@ -109,6 +110,46 @@ describe.skipIf(!availability.run)('the Redis cache reads that arrive together',
     expect(sent.filter((command) => command === 'pttl')).toHaveLength(keys.length)
     sent.length = 0
     expect(timeless(together)).toEqual(timeless(await readAll(cache)))
+  })
+})
+
+describe.skipIf(!availability.run)('the Redis cache reads on a Redis whose ACL refuses scripts', () => {
+  // A user of the machine's Redis of this test's own, allowed everything but EVAL and EVALSHA.
+  const user = `oncely-test-noscript-${process.pid}`
+  let client: Client
+  let restricted: Redis
+  const sent: string[] = []
+
+  beforeAll(async () => {
+    client = await testRedis()
+    await client.redis.call('ACL', 'SETUSER', user, 'on', '>a-password-of-the-test', '~*', '+@all', '-eval', '-evalsha')
+    restricted = new Redis({ ...REDIS_ADDRESS, username: user, password: 'a-password-of-the-test', enableOfflineQueue: false, maxRetriesPerRequest: 0 })
+    if (restricted.status !== 'ready') await new Promise((resolve) => restricted.once('ready', resolve))
+  })
+  afterAll(async () => {
+    restricted?.disconnect()
+    await client?.redis.call('ACL', 'DELUSER', user)
+    await client?.close()
+  })
+
+  it('read with GET and PTTL once refused: the entries still answer, the refusal is not a miss', async () => {
+    const errors: unknown[] = []
+    const writer = createRedisCache({ redis: client.redis, secret: SECRET, prefix: client.prefix })
+    for (const key of ['n1', 'n2', 'n3']) await writer.rememberSettled(settled(key), 0, false)
+    const redis = restricted
+    const noting: RedisLike = {
+      get: (key) => (sent.push('get'), redis.get(key)),
+      pttl: (key) => (sent.push('pttl'), redis.pttl(key)),
+      set: redis.set.bind(redis),
+      evalsha: (sha, numKeys, ...keys) => (sent.push('evalsha'), redis.evalsha(sha, numKeys, ...keys)),
+      eval: (script, numKeys, ...keys) => (sent.push('eval'), redis.eval(script, numKeys, ...keys)),
+    }
+    const cache = createRedisCache({ redis: noting, secret: SECRET, prefix: client.prefix, onError: (error) => errors.push(error) })
+    expect(await cache.read('u1', 'n1')).toMatchObject({ kind: 'settled', fingerprint: 'fp-n1' })
+    expect(sent).toEqual(['evalsha', 'get', 'pttl'])
+    expect((await Promise.all(['n2', 'n3'].map((key) => cache.read('u1', key)))).map((entry) => entry?.fingerprint)).toEqual(['fp-n2', 'fp-n3'])
+    expect(sent.slice(3).sort()).toEqual(['get', 'get', 'pttl', 'pttl'])
+    expect(errors).toEqual([])
   })
 })
 
