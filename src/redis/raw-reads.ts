@@ -44,16 +44,16 @@ export function rawReads(redis: RedisLike, timeoutMs: number, bounded: Bounded):
     if (refused) return commands(keys)
     let answer: unknown
     try {
-      answer = await scripts.evalsha(READ_SCRIPT_SHA, keys.length, ...keys)
+      answer = await scripts.evalsha(READ_SCRIPT_SHA, keys.length, ...keys).catch((error: unknown) => {
+        // Redis forgets scripts on a restart or SCRIPT FLUSH: sent whole once, it knows it again.
+        if (!messageOf(error).startsWith('NOSCRIPT')) throw error
+        return scripts.eval(READ_SCRIPT, keys.length, ...keys)
+      })
     } catch (error) {
-      const message = String((error as Error | undefined)?.message)
-      if (/^NOPERM|^ERR unknown command/.test(message)) {
-        refused = true
-        return commands(keys)
-      }
-      // Redis forgets scripts on a restart or SCRIPT FLUSH: sent whole once, it knows it again.
-      if (!message.startsWith('NOSCRIPT')) throw error
-      answer = await scripts.eval(READ_SCRIPT, keys.length, ...keys)
+      // EVALSHA or EVAL refused (an ACL may allow one and not the other).
+      if (!/^NOPERM|^ERR unknown command/.test(messageOf(error))) throw error
+      refused = true
+      return commands(keys)
     }
     return entriesOf(answer, keys.length)
   }
@@ -79,6 +79,10 @@ function entriesOf(answer: unknown, count: number): RawEntry[] {
     entries.push([value, remainingMs])
   }
   return entries
+}
+
+function messageOf(error: unknown): string {
+  return String((error as Error | undefined)?.message)
 }
 
 function describe(answer: unknown): string {

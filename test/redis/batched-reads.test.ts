@@ -113,16 +113,20 @@ describe.skipIf(!availability.run)('the Redis cache reads that arrive together',
   })
 })
 
-describe.skipIf(!availability.run)('the Redis cache reads on a Redis whose ACL refuses scripts', () => {
-  // A user of the machine's Redis of this test's own, allowed everything but EVAL and EVALSHA.
-  const user = `oncely-test-noscript-${process.pid}`
+// Users of the machine's Redis of this test's own: one refused both script commands, one refused
+// EVAL only, whose EVALSHA of a script Redis forgot (SCRIPT FLUSH) is answered NOSCRIPT.
+describe.skipIf(!availability.run).each([
+  { refuses: ['-eval', '-evalsha'], forgotten: false, first: ['evalsha', 'get', 'pttl'] },
+  { refuses: ['-eval'], forgotten: true, first: ['evalsha', 'eval', 'get', 'pttl'] },
+])('the Redis cache reads on a Redis whose ACL refuses $refuses', ({ refuses, forgotten, first }) => {
+  const user = `oncely-test-noscript-${process.pid}-${refuses.length}`
   let client: Client
   let restricted: Redis
   const sent: string[] = []
 
   beforeAll(async () => {
     client = await testRedis()
-    await client.redis.call('ACL', 'SETUSER', user, 'on', '>a-password-of-the-test', '~*', '+@all', '-eval', '-evalsha')
+    await client.redis.call('ACL', 'SETUSER', user, 'on', '>a-password-of-the-test', '~*', '+@all', ...refuses)
     restricted = new Redis({ ...REDIS_ADDRESS, username: user, password: 'a-password-of-the-test', enableOfflineQueue: false, maxRetriesPerRequest: 0 })
     if (restricted.status !== 'ready') await new Promise((resolve) => restricted.once('ready', resolve))
   })
@@ -136,6 +140,7 @@ describe.skipIf(!availability.run)('the Redis cache reads on a Redis whose ACL r
     const errors: unknown[] = []
     const writer = createRedisCache({ redis: client.redis, secret: SECRET, prefix: client.prefix })
     for (const key of ['n1', 'n2', 'n3']) await writer.rememberSettled(settled(key), 0, false)
+    if (forgotten) await client.redis.script('FLUSH')
     const redis = restricted
     const noting: RedisLike = {
       get: (key) => (sent.push('get'), redis.get(key)),
@@ -146,9 +151,9 @@ describe.skipIf(!availability.run)('the Redis cache reads on a Redis whose ACL r
     }
     const cache = createRedisCache({ redis: noting, secret: SECRET, prefix: client.prefix, onError: (error) => errors.push(error) })
     expect(await cache.read('u1', 'n1')).toMatchObject({ kind: 'settled', fingerprint: 'fp-n1' })
-    expect(sent).toEqual(['evalsha', 'get', 'pttl'])
+    expect(sent).toEqual(first)
     expect((await Promise.all(['n2', 'n3'].map((key) => cache.read('u1', key)))).map((entry) => entry?.fingerprint)).toEqual(['fp-n2', 'fp-n3'])
-    expect(sent.slice(3).sort()).toEqual(['get', 'get', 'pttl', 'pttl'])
+    expect(sent.slice(first.length).sort()).toEqual(['get', 'get', 'pttl', 'pttl'])
     expect(errors).toEqual([])
   })
 })
