@@ -67,13 +67,14 @@ export function createRedisCache(options: RedisCacheOptions): RedisCache {
   // Every command is bounded: a Redis that hangs is a miss after timeoutMs, never a stuck request.
   const bounded: Bounded = async (command, withinMs) => {
     let timer: NodeJS.Timeout | undefined
-    const late = new Error(`Redis did not answer within ${timeoutMs} ms`)
+    // Made only when late: an Error captures a stack, which every answered command would pay for.
+    const late = () => new Error(`Redis did not answer within ${timeoutMs} ms`)
     try {
-      if (withinMs <= 0) throw late
+      if (withinMs <= 0) throw late()
       return await Promise.race([
         command(),
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(late), withinMs)
+          timer = setTimeout(() => reject(late()), withinMs)
         }),
       ])
     } catch (error) {

@@ -61,8 +61,8 @@ export function rawReads(redis: RedisLike, timeoutMs: number, bounded: Bounded):
     return async (redisKey) => (await bounded(() => script([redisKey]), timeoutMs))?.[0]
   }
   const batch = new NaturalBatch<{ redisKey: string; askedAt: number }, RawEntry | undefined>(MAX_KEYS_PER_READ, async (reads) => {
-    const oldest = Math.min(...reads.map((read) => read.askedAt))
-    const left = timeoutMs - (performance.now() - oldest)
+    // The queue is first in, first out: the first read of the batch has waited longest.
+    const left = timeoutMs - (performance.now() - reads[0]!.askedAt)
     const entries = await bounded(() => script(reads.map((read) => read.redisKey)), left)
     return reads.map((_, index): Settled<RawEntry | undefined> => ({ ok: true, value: entries?.[index] }))
   })
