@@ -39,6 +39,14 @@ export interface PeersOptions {
   connections: number
   /** Seconds of the untimed warm-up run of each cell. */
   warmupSeconds: number
+  /**
+   * Seconds of untimed load on a cell right before each timed run of it, with the same requests.
+   * A target sits idle while the others run (a round of every cell takes longer than `pg`'s
+   * default `idleTimeoutMillis` of 10 s), so its pool has let its connections go: without this the
+   * timed run counts their reconnection and the re-preparation of its named statements, a cost
+   * of the bench's order, not of a service under steady load (issue 21).
+   */
+  primeSeconds: number
   /** The reference service is also measured with this `REDIS_URL` (its cache in front of PostgreSQL). */
   redisUrl: string | undefined
   /**
@@ -149,16 +157,18 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
       if (!target.holder) throw new Error(`${target.name}: a 409 cell needs a holder`)
       return { key: await holds.hold(target.holder.url, target.holder.schema, `${target.process.url}${target.path}`), body: BODY }
     }
-    const run = async (cell: (typeof cells)[number], seconds: number) => {
-      const request = await prepare(cell)
-      return loadRun({ url: `${cell.target.process.url}${cell.target.path}`, process: cell.target.process, name: cell.name }, { ...request, expected: EXPECTED[cell.cell] }, { seconds, connections: options.connections, databaseCpu })
+    const run = async (cell: (typeof cells)[number], seconds: number, primeSeconds = 0) => {
+      const request = { ...(await prepare(cell)), expected: EXPECTED[cell.cell] }
+      const target = { url: `${cell.target.process.url}${cell.target.path}`, process: cell.target.process, name: cell.name }
+      if (primeSeconds > 0) await loadRun(target, request, { seconds: primeSeconds, connections: options.connections, databaseCpu })
+      return loadRun(target, request, { seconds, connections: options.connections, databaseCpu })
     }
     progress(`${started.length} processes ready, ${cells.length} cells`)
     if (options.warmupSeconds > 0) for (const cell of cells) await run(cell, options.warmupSeconds)
     progress('warmed up')
     const runs = new Map<string, LoadRun[]>(cells.map((c) => [c.name, []]))
     await interleaved(options.rounds, cells, async (cell, round) => {
-      runs.get(cell.name)?.push(await run(cell, options.seconds))
+      runs.get(cell.name)?.push(await run(cell, options.seconds, options.primeSeconds))
       if (cell === cells[round % 2 === 0 ? cells.length - 1 : 0]) progress(`round ${round + 1} of ${options.rounds}`)
     })
     const measured: PeerCell[] = cells.map((c) => ({ target: c.target.name, cell: c.cell, runs: runs.get(c.name) ?? [] }))

@@ -7,7 +7,9 @@
  * such as `writev`. `--save FILE` keeps the `.cpuprofile` (for Chrome's DevTools, or another look).
  * `--target express-minimal` profiles `oncely/express` alone instead: the peers' Express app
  * (bench/baselines/express-app.ts) with the guard on `POST /v1/minimal`, which answers and does
- * nothing else, so what is left is the guard's own cost per fresh key. `--target lean` profiles the
+ * nothing else, so what is left is the guard's own cost per fresh key. `--target express-charges`
+ * profiles the same app's `POST /v1/charges` behind the guard (the peers' `express + oncely`: a
+ * step around the provider call, the charge row written with the completion). `--target lean` profiles the
  * lean durable baseline (bench/baselines/lean-durable.ts) under the same load, the floor to read
  * the service's profile against. `--replay` sends one key, completed before the load, with every
  * request: the profile of a replay instead of a fresh charge. `--redis-url URL` gives the service
@@ -39,11 +41,13 @@ const directory = await mkdtemp(path.join(tmpdir(), 'oncely-profile-'))
 const provider = await startCli(['provider', '--port', '0', '--latency-ms', '0'])
 try {
   const profiled = ['--cpu-prof', `--cpu-prof-dir=${directory}`]
-  if (values.target !== 'service' && values.target !== 'express-minimal' && values.target !== 'lean') throw new Error(`--target is service, express-minimal or lean, not ${values.target}`)
+  const targets = ['service', 'express-minimal', 'express-charges', 'lean']
+  if (!targets.includes(values.target)) throw new Error(`--target is one of ${targets.join(', ')}, not ${values.target}`)
   const minimal = values.target === 'express-minimal'
+  const express = minimal || values.target === 'express-charges'
   const service = values.target === 'lean'
     ? await startProgram(new URL('./baselines/lean-durable.ts', import.meta.url).pathname, ['--port', '0', '--database-url', database.url, '--schema', 'bench_profile_lean', '--provider-url', provider.url], {}, profiled)
-    : minimal
+    : express
     ? await startProgram(new URL('./baselines/express-app.ts', import.meta.url).pathname, ['--oncely', '--database-url', database.url, '--schema', 'bench_profile_minimal', '--provider-url', provider.url], {}, profiled)
     : await startCli(['serve', '--port', '0', '--database-url', database.url, '--schema', 'bench_profile', '--provider-url', provider.url, '--strategy', values.strategy], values['redis-url'] === undefined ? {} : { REDIS_URL: values['redis-url'] }, profiled)
   let n = 0
@@ -61,7 +65,7 @@ try {
     requests: [{ method: 'POST', body, headers: headers('p-replay'), setupRequest: (request) => (values.replay ? request : { ...request, headers: headers(`p-${n++}`) }) }],
   })
   await service.stop()
-  process.stdout.write(`${minimal ? 'express-minimal' : values.strategy}${values.replay ? ', replay' : ''}: ${(result.requests.total / result.duration).toFixed(0)} req/s, statuses ${JSON.stringify(result.statusCodeStats)}\n`)
+  process.stdout.write(`${values.target === 'service' ? values.strategy : values.target}${values.replay ? ', replay' : ''}: ${(result.requests.total / result.duration).toFixed(0)} req/s, statuses ${JSON.stringify(result.statusCodeStats)}\n`)
   const file = (await readdir(directory)).find((f) => f.endsWith('.cpuprofile'))
   if (!file) throw new Error('the service wrote no profile')
   const text = await readFile(path.join(directory, file), 'utf8')

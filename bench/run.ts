@@ -100,7 +100,7 @@ try {
     execFileSync(process.execPath, ['--import', 'tsx', 'bench/relay.ts'], { stdio: 'inherit', env: { ...process.env, DATABASE_URL: database.url } })
   }
   if (only.includes('peers')) {
-    const peers = await peersBench(database.url, { seconds, rounds, connections, warmupSeconds: quick ? 0.5 : 2, redisUrl: await findRedis(values['redis-url']), againstCli })
+    const peers = await peersBench(database.url, { seconds, rounds, connections, warmupSeconds: quick ? 0.5 : 2, primeSeconds: quick ? 0.5 : 1, redisUrl: await findRedis(values['redis-url']), againstCli })
     for (const note of peers.notes) process.stdout.write(`\nnote: ${note}\n`)
     print(`peers: every cell beside plain Express 5's fresh charges (${rounds} interleaved runs of ${seconds} s each, median and min–max)`, peers.cells, Object.keys(peers.cells[0]?.extra ?? {}))
     print('peers: the targets of issue 21 (one interleaved run; met or not, never failed on)', peers.targets)
