@@ -38,12 +38,19 @@ function recordingPool(pool: pg.Pool): PoolLike & { sent: string[] } {
     sent,
     async query<R>(config: QueryConfig): Promise<QueryResult<R>> {
       const text = config.text.trimStart()
-      sent.push(text.startsWith('WITH existing') ? 'claim' : text.startsWith('WITH seen') ? 'batch' : !text.startsWith('UPDATE') ? text.slice(0, 20) : text.includes('json_to_recordset') ? 'complete batch' : text.includes('SET status = $4') ? 'complete' : text.slice(0, 20))
+      sent.push(text.startsWith('WITH existing') ? 'claim' : text.startsWith('WITH seen') ? 'batch' : !text.startsWith('UPDATE') ? text.slice(0, 20) : updateKind(text))
       const result: QueryResult<unknown> = await pool.query(config)
       return result as QueryResult<R>
     },
     connect: () => pool.connect(),
   }
+}
+
+/** An UPDATE of the key table, by what it writes: `complete`, `step`, `mark`, each with ` batch` when batched. */
+function updateKind(text: string): string {
+  const batch = text.includes('json_to_recordset') ? ' batch' : ''
+  const kind = text.includes('started_steps = array_append') ? 'mark' : text.includes('SET recovery_point =') ? 'step' : text.includes('SET status =') ? 'complete' : text.slice(0, 20)
+  return `${kind}${batch}`
 }
 
 /** A store on the test's pool whose every statement is recorded (`pool.sent`). */
@@ -329,6 +336,110 @@ describe('completions that arrive together share one statement (maxBatchSize)', 
     } finally {
       watch?.stop()
     }
+  })
+})
+
+async function stepRows(scope: string) {
+  const { rows } = await db.pool.query<{ key: string; recovery_point: string | null; step_results: Record<string, unknown>; started_steps: string[] }>(
+    `SELECT key, recovery_point, step_results, started_steps FROM ${table()} WHERE scope = $1 ORDER BY key`,
+    [scope],
+  )
+  return rows
+}
+
+describe('step writes that arrive together share one statement (maxBatchSize)', () => {
+  it('twelve step commits at once: the first alone, the eleven behind it as one batch, each row with its own result, carried results and recovery point', async () => {
+    const { pool, store } = recordingStore()
+    const scope = `step-${randomUUID().slice(0, 8)}`
+    const keys = Array.from({ length: 12 }, (_, n) => `k${String(n).padStart(2, '0')}`)
+    const fences = await claimed(store, scope, keys)
+    pool.sent.length = 0
+    const done = await Promise.all(
+      fences.map((fence, n) => store.commitStep(fence, 'charge', { id: `ch_${n}`, 'é': 'ü', big: 2 ** 53 - 1 }, { stepResults: { quote: { price: n } }, recoveryPoint: 'quote' })),
+    )
+    expect(done).toEqual(keys.map(() => true))
+    expect(pool.sent).toEqual(['step', 'step batch'])
+    expect(await stepRows(scope)).toEqual(
+      keys.map((key, n) => ({ key, recovery_point: 'charge', step_results: { quote: { price: n }, charge: { id: `ch_${n}`, 'é': 'ü', big: 2 ** 53 - 1 } }, started_steps: [] })),
+    )
+  })
+
+  it('twelve at-most-once step marks at once: one batch behind the first, each step recorded as started with the results it carries', async () => {
+    const { pool, store } = recordingStore()
+    const scope = `mark-${randomUUID().slice(0, 8)}`
+    const keys = Array.from({ length: 12 }, (_, n) => `k${String(n).padStart(2, '0')}`)
+    const fences = await claimed(store, scope, keys)
+    pool.sent.length = 0
+    const carried = (n: number) => (n % 2 === 0 ? { stepResults: { quote: { price: n } }, recoveryPoint: 'quote' } : undefined)
+    expect(await Promise.all(fences.map((fence, n) => store.markStepStarted(fence, `email-${n}`, carried(n))))).toEqual(keys.map(() => true))
+    expect(pool.sent).toEqual(['mark', 'mark batch'])
+    expect(await stepRows(scope)).toEqual(
+      keys.map((key, n) => ({ key, recovery_point: n % 2 === 0 ? 'quote' : null, step_results: n % 2 === 0 ? { quote: { price: n } } : {}, started_steps: [`email-${n}`] })),
+    )
+  })
+
+  it("an execution's parallel steps, two writes to one row in what would be one batch: both land, the second after the batch", async () => {
+    const { pool, store } = recordingStore()
+    const scope = `step-same-row-${randomUUID().slice(0, 8)}`
+    const [lead, a, b] = await claimed(store, scope, ['a-lead', 'b', 'c'])
+    pool.sent.length = 0
+    const done = await Promise.all([
+      store.commitStep(lead!, 'x', 1),
+      store.commitStep(a!, 'quote', { price: 3 }),
+      store.commitStep(b!, 'quote', { price: 4 }),
+      store.commitStep(a!, 'charge', { id: 'ch_a' }),
+      store.markStepStarted(a!, 'email'),
+      store.markStepStarted(a!, 'sms'),
+    ])
+    expect(done).toEqual([true, true, true, true, true, true])
+    // Commits and marks batch apart; a's second commit waits for the batch its first is in.
+    expect(pool.sent.toSorted()).toEqual(['mark', 'mark', 'step', 'step', 'step batch'])
+    const rows = await stepRows(scope)
+    expect(rows.map((row) => [row.key, row.step_results, row.started_steps.toSorted()])).toEqual([
+      ['a-lead', { x: 1 }, []],
+      ['b', { quote: { price: 3 }, charge: { id: 'ch_a' } }, ['email', 'sms']],
+      ['c', { quote: { price: 4 } }, []],
+    ])
+  })
+
+  it('a step write whose token no longer holds its claim answers false in a batch and writes nothing; the others commit', async () => {
+    const { pool, store } = recordingStore()
+    const scope = `step-fence-${randomUUID().slice(0, 8)}`
+    const [lead, a, lost, b] = await claimed(store, scope, ['a-lead', 'b', 'c-lost', 'd'])
+    pool.sent.length = 0
+    const stale = { ...lost!, fenceToken: randomUUID() }
+    const done = await Promise.all([lead!, a!, stale, b!].map((fence) => store.commitStep(fence, 'charge', { id: fence.key })))
+    expect(done).toEqual([true, true, false, true])
+    expect(pool.sent).toEqual(['step', 'step batch'])
+    expect((await stepRows(scope)).map((row) => [row.key, row.recovery_point])).toEqual([
+      ['a-lead', 'charge'],
+      ['b', 'charge'],
+      ['c-lost', null],
+      ['d', 'charge'],
+    ])
+  })
+
+  it('a step result over 16 KiB of JSON is sent alone, beside the batch of the others', async () => {
+    const { pool, store } = recordingStore()
+    const scope = `step-large-${randomUUID().slice(0, 8)}`
+    const fences = await claimed(store, scope, ['a', 'b', 'c', 'd'])
+    pool.sent.length = 0
+    const large = { text: 'x'.repeat(MAX_BATCHED_BODY_BYTES) }
+    expect(await Promise.all(fences.map((fence, n) => store.commitStep(fence, 'charge', n === 2 ? large : { n })))).toEqual([true, true, true, true])
+    expect(pool.sent.toSorted()).toEqual(['step', 'step', 'step batch'])
+    expect((await stepRows(scope)).map((row) => JSON.stringify(row.step_results['charge']).length)).toEqual([7, 7, JSON.stringify(large).length, 7])
+  })
+
+  it('a step result PostgreSQL refuses fails alone: the batch is run again one by one, and the others commit', async () => {
+    const { pool, store } = recordingStore()
+    const scope = `step-refused-${randomUUID().slice(0, 8)}`
+    const fences = await claimed(store, scope, ['a', 'b', 'c', 'd'])
+    pool.sent.length = 0
+    // jsonb refuses the escape \u0000 (SQLSTATE 22P05), which JSON.stringify writes for a NUL.
+    const settled = await Promise.allSettled(fences.map((fence, n) => store.commitStep(fence, 'charge', n === 2 ? { text: 'a\u0000b' } : { n })))
+    expect(settled.map((s) => (s.status === 'fulfilled' ? s.value : (s.reason as { code?: string }).code))).toEqual([true, true, '22P05', true])
+    expect(pool.sent).toEqual(['step', 'step batch', 'step', 'step', 'step'])
+    expect((await stepRows(scope)).map((row) => row.recovery_point)).toEqual(['charge', 'charge', null, 'charge'])
   })
 })
 

@@ -18,7 +18,10 @@ const CROSS_SCOPE: Record<string, string> = {
   ...each(['statements.sweepExpired'], "the sweeper's batch by expires_at: a maintenance scan of every scope, run on each shard"),
   ...each(['statements.countStaleClaims', 'statements.countClaimsOlderThan'], "the metrics' gauges count every scope"),
   ...each(['statements.begin'], 'transaction control, not a statement on a table'),
-  ...each(['statements.claimBatch', 'statements.completeBatch'], 'claims, or completions, of any scopes that arrived together, in one statement; maxBatchSize: 1 sends each alone, routed'),
+  ...each(
+    ['statements.claimBatch', 'statements.completeBatch', 'statements.commitStepBatch', 'statements.markStepStartedBatch'],
+    'claims, completions or step writes of any scopes that arrived together, in one statement; maxBatchSize: 1 sends each alone, routed',
+  ),
   ...each(['ops.listKeys'], 'the ops listing: the user is optional ($2 NULL lists every scope)'),
   ...each(['ops.stats', 'ops.runningClaims'], 'the ops totals count every scope'),
   ...each(['ops.reconcilable'], "the reconciler's search for abandoned claims, across scopes; each take-over that follows is scoped"),

@@ -1,14 +1,14 @@
 /**
- * The claims and completions the store sends on its pool, batched when they arrive together
- * (issue 21, `natural-batch.ts`): a lone one is its own statement; several share one statement,
- * one round trip and one commit, each decided as it would be alone.
+ * The claims, step writes and completions the store sends on its pool, batched when they arrive
+ * together (issue 21, `natural-batch.ts`): a lone one is its own statement; several share one
+ * statement, one round trip and one commit, each decided as it would be alone.
  */
 import type { ClaimRequest, Fence, FinalOutcome } from '../../engine/store.js'
 import type { PoolLike } from './executor.js'
 import { eachAlone, NaturalBatch, type Settled } from '../../natural-batch.js'
 import { isTransientPgError, sqlState } from './pg-errors.js'
 import { bind, send } from './statement-runner.js'
-import type { ClaimBatchInput, ClaimBatchRow, ClaimRow, CompletionBatchInput, Statement, Statements } from './statements.js'
+import type { ClaimBatchInput, ClaimBatchRow, ClaimRow, CompletionBatchInput, Statement, Statements, StepBatchInput } from './statements.js'
 
 export interface BatchedWritesOptions {
   pool: PoolLike
@@ -98,13 +98,68 @@ export function batchedWrites(options: BatchedWritesOptions) {
     )
   })
 
+  // A step's write: its values after the fence, as the single statement binds them, and as the
+  // batch's input carries them.
+  type StepWrite = { fence: Fence; values: unknown[]; input: Omit<StepBatchInput, 'n' | 'scope' | 'key' | 'fence_token'> }
+  const stepWrites = (alone: Statement, batched: Statement, what: string) => {
+    const writeAlone = async ({ fence, values }: StepWrite): Promise<boolean> => {
+      const result = await sendOn(alone, [fence.scope, fence.key, fence.fenceToken, ...values], alone.name ?? what)
+      return (result.rowCount ?? 0) === 1
+    }
+    const writeBatch = (writes: StepWrite[]): Promise<Array<Settled<boolean>>> =>
+      writes.length === 1
+        ? eachAlone(writes, writeAlone)
+        : orEachAlone(
+            writes,
+            async () => {
+              const input = JSON.stringify(writes.map(({ fence, input }, n): StepBatchInput => ({ n, scope: fence.scope, key: fence.key, fence_token: fence.fenceToken, ...input })))
+              const { rows } = await sendOn<{ n: number }>(batched, [input], what)
+              const answers: Array<Settled<boolean>> = writes.map(() => ({ ok: true, value: false }))
+              for (const { n } of rows) answers[n] = { ok: true, value: true }
+              return answers
+            },
+            writeAlone,
+          )
+    const batch = new NaturalBatch<StepWrite, boolean>(maxBatchSize, async (writes) => {
+      // One UPDATE … FROM applies only one of two inputs that match one row: an execution's
+      // parallel steps write their row one after another, the first with the batch.
+      const rows = new Set<string>()
+      const first: number[] = []
+      const later: number[] = []
+      writes.forEach(({ fence }, index) => {
+        const row = `${fence.scope}\u0000${fence.key}`
+        ;(rows.has(row) ? later : first).push(index)
+        rows.add(row)
+      })
+      const answers = new Array<Settled<boolean>>(writes.length)
+      const batched = await writeBatch(first.map((index) => writes[index] as StepWrite))
+      first.forEach((index, n) => (answers[index] = batched[n] as Settled<boolean>))
+      for (const index of later) [answers[index]] = (await eachAlone([writes[index] as StepWrite], writeAlone)) as [Settled<boolean>]
+      return answers
+    })
+    return (write: StepWrite): Promise<boolean> => (stepBytes(write) > MAX_BATCHED_BODY_BYTES ? writeAlone(write) : batch.submit(write))
+  }
+  const commitStep = stepWrites(sql.commitStep, sql.commitStepBatch, 'the step')
+  const markStepStarted = stepWrites(sql.markStepStarted, sql.markStepStartedBatch, 'the step mark')
+
   return {
+    /** A fenced step commit on the pool (`commitStep`'s values): true when the caller's token still held the claim. */
+    commitStep: (fence: Fence, step: string, resultJson: string, carriedJson: string): Promise<boolean> =>
+      commitStep({ fence, values: [step, resultJson, carriedJson], input: { step, carried: carriedJson, result: resultJson } }),
+    /** A fenced at-most-once step mark on the pool (`markStepStarted`'s values): true when the caller's token still held the claim. */
+    markStepStarted: (fence: Fence, step: string, carriedJson: string, recoveryPoint: string | null): Promise<boolean> =>
+      markStepStarted({ fence, values: [step, carriedJson, recoveryPoint], input: { step, carried: carriedJson, recovery_point: recoveryPoint } }),
     /** One claim round: the key's row as the claim statement answers it, batched with the claims that arrived meanwhile. */
     claim: (request: ClaimRequest): Promise<ClaimAnswer> => claims.submit(request),
     /** A fenced completion on the pool: true when the caller's token still held the claim. */
     complete: (fence: Fence, outcome: FinalOutcome): Promise<boolean> =>
       outcome.response.body.byteLength > MAX_BATCHED_BODY_BYTES ? completeAlone({ fence, outcome }) : completions.submit({ fence, outcome }),
   }
+}
+
+/** How much a step write adds to a batch's parameter: its JSON text's length, a bound on its bytes over 3. */
+function stepBytes({ input }: { input: Pick<StepBatchInput, 'carried' | 'result'> }): number {
+  return (input.carried.length + (input.result?.length ?? 0)) * 3
 }
 
 /** The single claim statement's values (`claim`'s $1 to $8). */

@@ -65,6 +65,25 @@ export interface CompletionBatchInput {
   response_body: string
 }
 
+/**
+ * One step write of the batched step statements' input (`commitStepBatch`'s and
+ * `markStepStartedBatch`'s $1, a JSON array of these): the values the single statement binds,
+ * its JSON ones as the same text.
+ */
+export interface StepBatchInput {
+  n: number
+  scope: string
+  key: string
+  fence_token: string
+  step: string
+  /** The deferred results it carries, JSON text of an object. */
+  carried: string
+  /** `commitStepBatch`: the step's result, JSON text. */
+  result?: string
+  /** `markStepStartedBatch`: the recovery point the carried results move it to, or null for none. */
+  recovery_point?: string | null
+}
+
 /** What a take-over or a reclaim returns: the new holder's state. */
 export interface HeldRow {
   claim_id: string
@@ -85,7 +104,9 @@ export interface Statements {
   takeOver: Statement
   reclaimExpired: Statement
   commitStep: Statement
+  commitStepBatch: Statement
   markStepStarted: Statement
+  markStepStartedBatch: Statement
   renewLease: Statement
   complete: Statement
   completeBatch: Statement
@@ -250,6 +271,29 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
           SET started_steps = array_append(started_steps, $4::text), step_results = step_results || $5::jsonb,
               recovery_point = COALESCE($6::text, recovery_point), locked_at = now(), updated_at = now()
         WHERE scope = $1 AND key = $2 AND fence_token = $3::uuid AND status = 'in_progress'`,
+    ),
+    // The same step writes for several keys at once (issue 21), like `completeBatch`: $1 a JSON
+    // array of `StepBatchInput`, each the fenced update above with the same values as text. A
+    // write whose token no longer holds its claim matches nothing and is left out of the answer.
+    // A batch never holds two writes to one row (an UPDATE … FROM applies one of them only):
+    // the store sends a row's second write after the batch.
+    commitStepBatch: named(
+      'commit_step_batch',
+      `UPDATE ${table} k
+          SET recovery_point = i.step, step_results = k.step_results || i.carried::jsonb || jsonb_build_object(i.step, i.result::jsonb),
+              locked_at = now(), updated_at = now()
+         FROM json_to_recordset($1::json) AS i(n integer, scope text, key text, fence_token uuid, step text, carried text, result text)
+        WHERE k.scope = i.scope AND k.key = i.key AND k.fence_token = i.fence_token AND k.status = 'in_progress'
+      RETURNING i.n`,
+    ),
+    markStepStartedBatch: named(
+      'mark_step_started_batch',
+      `UPDATE ${table} k
+          SET started_steps = array_append(k.started_steps, i.step), step_results = k.step_results || i.carried::jsonb,
+              recovery_point = COALESCE(i.recovery_point, k.recovery_point), locked_at = now(), updated_at = now()
+         FROM json_to_recordset($1::json) AS i(n integer, scope text, key text, fence_token uuid, step text, carried text, recovery_point text)
+        WHERE k.scope = i.scope AND k.key = i.key AND k.fence_token = i.fence_token AND k.status = 'in_progress'
+      RETURNING i.n`,
     ),
     // $1 scope, $2 key, $3 token, $4 ttl ms: a live claim never expires under its owner.
     renewLease: named(

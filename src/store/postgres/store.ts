@@ -50,8 +50,8 @@ export interface PostgresStoreOptions {
    * is in flight; the claims that arrive meanwhile leave together when it answers, in one
    * statement, one round trip and one commit, each still decided by the key's unique index
    * (Invariant 1). Completions on the pool (not inside your transaction, nor a flight with your
-   * writes) are batched the same way, each fenced by its own token (Invariant 3); one whose body
-   * is over 16 KiB is sent alone. A lone request waits for nothing; under load the database
+   * writes), step commits and at-most-once step marks are batched the same way, each fenced by
+   * its own token (Invariant 3); one whose body, or step result, is over 16 KiB is sent alone. A lone request waits for nothing; under load the database
    * commits once per batch, not once per request. 1 sends each on its own; at most 1000.
    * (Default: 64)
    */
@@ -173,10 +173,10 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       return held(seen.scope, seen.key, sql.reclaimExpired, values)
     },
     async commitStep(fence: Fence, step: string, result: unknown, carried?: CarriedSteps) {
-      return fenced(pool, sql.commitStep, fence, [step, JSON.stringify(result ?? null), JSON.stringify(carried?.stepResults ?? {})])
+      return writes.commitStep(fence, step, JSON.stringify(result ?? null), JSON.stringify(carried?.stepResults ?? {}))
     },
     async markStepStarted(fence: Fence, step: string, carried?: CarriedSteps) {
-      return fenced(pool, sql.markStepStarted, fence, [step, JSON.stringify(carried?.stepResults ?? {}), carried?.recoveryPoint ?? null])
+      return writes.markStepStarted(fence, step, JSON.stringify(carried?.stepResults ?? {}), carried?.recoveryPoint ?? null)
     },
     async renewLease(fence: Fence, ttlMs: number) {
       return fenced(pool, sql.renewLease, fence, [ttlMs])
