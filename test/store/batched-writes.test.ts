@@ -419,15 +419,18 @@ describe('step writes that arrive together share one statement (maxBatchSize)', 
     ])
   })
 
-  it('a step result over 16 KiB of JSON is sent alone, beside the batch of the others', async () => {
+  it('a step write over 16 KiB of JSON (its result and the results it carries) is sent alone, beside the batch of the others; one at 16 KiB is batched', async () => {
     const { pool, store } = recordingStore()
     const scope = `step-large-${randomUUID().slice(0, 8)}`
     const fences = await claimed(store, scope, ['a', 'b', 'c', 'd'])
     pool.sent.length = 0
-    const large = { text: 'x'.repeat(MAX_BATCHED_BODY_BYTES) }
-    expect(await Promise.all(fences.map((fence, n) => store.commitStep(fence, 'charge', n === 2 ? large : { n })))).toEqual([true, true, true, true])
+    // {"text":"…"} is 11 bytes around the text, and the carried results `{}` 2 more; é is 2 bytes.
+    const atLimit = { text: 'é'.repeat(10) + 'x'.repeat(MAX_BATCHED_BODY_BYTES - 13 - 20) }
+    const overLimit = { text: 'x'.repeat(MAX_BATCHED_BODY_BYTES - 13 + 1) }
+    const results = [{ n: 0 }, atLimit, overLimit, { n: 3 }]
+    expect(await Promise.all(fences.map((fence, n) => store.commitStep(fence, 'charge', results[n])))).toEqual([true, true, true, true])
     expect(pool.sent.toSorted()).toEqual(['step', 'step', 'step batch'])
-    expect((await stepRows(scope)).map((row) => JSON.stringify(row.step_results['charge']).length)).toEqual([7, 7, JSON.stringify(large).length, 7])
+    expect((await stepRows(scope)).map((row) => row.step_results['charge'])).toEqual(results)
   })
 
   it('a step result PostgreSQL refuses fails alone: the batch is run again one by one, and the others commit', async () => {

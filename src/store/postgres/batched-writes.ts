@@ -157,9 +157,9 @@ export function batchedWrites(options: BatchedWritesOptions) {
   }
 }
 
-/** How much a step write adds to a batch's parameter: its JSON text's length, a bound on its bytes over 3. */
+/** How many bytes of JSON a step write adds to a batch's parameter: the results it carries and its own. */
 function stepBytes({ input }: { input: Pick<StepBatchInput, 'carried' | 'result'> }): number {
-  return (input.carried.length + (input.result?.length ?? 0)) * 3
+  return Buffer.byteLength(input.carried) + (input.result === undefined ? 0 : Buffer.byteLength(input.result))
 }
 
 /** The single claim statement's values (`claim`'s $1 to $8). */
