@@ -233,6 +233,18 @@ describe('claims that arrive together share one statement (maxBatchSize)', () =>
   })
 })
 
+/** Twelve keys, `k00` to `k11`. */
+const twelveKeys = Array.from({ length: 12 }, (_, n) => `k${String(n).padStart(2, '0')}`)
+
+/** What a batch test starts from: a recording store, `keys` claimed under a new scope named after `name`, nothing recorded yet. */
+async function claimedKeys(name: string, keys: string[]) {
+  const { pool, store } = recordingStore()
+  const scope = `${name}-${randomUUID().slice(0, 8)}`
+  const fences = await claimed(store, scope, keys)
+  pool.sent.length = 0
+  return { pool, store, scope, fences }
+}
+
 /** Claims `keys` under `scope` one by one, each its own owner's fence. */
 async function claimed(store: ReturnType<typeof createPostgresStore>, scope: string, keys: string[]): Promise<Fence[]> {
   const fences: Fence[] = []
@@ -258,11 +270,8 @@ async function completedRows(scope: string) {
 
 describe('completions that arrive together share one statement (maxBatchSize)', () => {
   it('twelve completions at once: the first alone, the eleven behind it as one batch, each row settled with its own response', async () => {
-    const { pool, store } = recordingStore()
-    const scope = `complete-${randomUUID().slice(0, 8)}`
-    const keys = Array.from({ length: 12 }, (_, n) => `k${String(n).padStart(2, '0')}`)
-    const fences = await claimed(store, scope, keys)
-    pool.sent.length = 0
+    const keys = twelveKeys
+    const { pool, store, scope, fences } = await claimedKeys('complete', keys)
     const done = await Promise.all(fences.map((fence, n) => store.complete(fence, outcome(200 + n, `{"n":${n},"é":"ü"}`))))
     expect(done).toEqual(keys.map(() => true))
     expect(pool.sent).toEqual(['complete', 'complete batch'])
@@ -279,10 +288,7 @@ describe('completions that arrive together share one statement (maxBatchSize)', 
   })
 
   it('a completion whose token no longer holds its claim answers false in a batch and writes nothing; the others complete', async () => {
-    const { pool, store } = recordingStore()
-    const scope = `complete-fence-${randomUUID().slice(0, 8)}`
-    const [lead, a, lost, b] = await claimed(store, scope, ['a-lead', 'b', 'c-lost', 'd'])
-    pool.sent.length = 0
+    const { pool, store, scope, fences: [lead, a, lost, b] } = await claimedKeys('complete-fence', ['a-lead', 'b', 'c-lost', 'd'])
     const stale = { ...lost!, fenceToken: randomUUID() }
     const done = await Promise.all([lead!, a!, stale, b!].map((fence) => store.complete(fence, outcome(201, '{}'))))
     expect(done).toEqual([true, true, false, true])
@@ -296,10 +302,7 @@ describe('completions that arrive together share one statement (maxBatchSize)', 
   })
 
   it('a body over 16 KiB is sent alone, beside the batch of the others', async () => {
-    const { pool, store } = recordingStore()
-    const scope = `complete-large-${randomUUID().slice(0, 8)}`
-    const fences = await claimed(store, scope, ['a', 'b', 'c', 'd'])
-    pool.sent.length = 0
+    const { pool, store, scope, fences } = await claimedKeys('complete-large', ['a', 'b', 'c', 'd'])
     const large = `"${'x'.repeat(MAX_BATCHED_BODY_BYTES)}"`
     const bodies = ['{}', '{}', large, '{}']
     expect(await Promise.all(fences.map((fence, n) => store.complete(fence, outcome(201, bodies[n]!))))).toEqual([true, true, true, true])
@@ -308,10 +311,7 @@ describe('completions that arrive together share one statement (maxBatchSize)', 
   })
 
   it('a completion PostgreSQL refuses fails alone: the batch is run again one by one, and the others complete', async () => {
-    const { pool, store } = recordingStore()
-    const scope = `complete-refused-${randomUUID().slice(0, 8)}`
-    const fences = await claimed(store, scope, ['a', 'b', 'c', 'd'])
-    pool.sent.length = 0
+    const { pool, store, scope, fences } = await claimedKeys('complete-refused', ['a', 'b', 'c', 'd'])
     // The key table's status check (migration 001) refuses what the engine never sends.
     const refused = { ...outcome(201, '{}'), status: 'settled' } as unknown as FinalOutcome
     const settled = await Promise.allSettled(fences.map((fence, n) => store.complete(fence, n === 2 ? refused : outcome(201, '{}'))))
@@ -349,11 +349,8 @@ async function stepRows(scope: string) {
 
 describe('step writes that arrive together share one statement (maxBatchSize)', () => {
   it('twelve step commits at once: the first alone, the eleven behind it as one batch, each row with its own result, carried results and recovery point', async () => {
-    const { pool, store } = recordingStore()
-    const scope = `step-${randomUUID().slice(0, 8)}`
-    const keys = Array.from({ length: 12 }, (_, n) => `k${String(n).padStart(2, '0')}`)
-    const fences = await claimed(store, scope, keys)
-    pool.sent.length = 0
+    const keys = twelveKeys
+    const { pool, store, scope, fences } = await claimedKeys('step', keys)
     const done = await Promise.all(
       fences.map((fence, n) => store.commitStep(fence, 'charge', { id: `ch_${n}`, 'é': 'ü', big: 2 ** 53 - 1 }, { stepResults: { quote: { price: n } }, recoveryPoint: 'quote' })),
     )
@@ -365,11 +362,8 @@ describe('step writes that arrive together share one statement (maxBatchSize)', 
   })
 
   it('twelve at-most-once step marks at once: one batch behind the first, each step recorded as started with the results it carries', async () => {
-    const { pool, store } = recordingStore()
-    const scope = `mark-${randomUUID().slice(0, 8)}`
-    const keys = Array.from({ length: 12 }, (_, n) => `k${String(n).padStart(2, '0')}`)
-    const fences = await claimed(store, scope, keys)
-    pool.sent.length = 0
+    const keys = twelveKeys
+    const { pool, store, scope, fences } = await claimedKeys('mark', keys)
     const carried = (n: number) => (n % 2 === 0 ? { stepResults: { quote: { price: n } }, recoveryPoint: 'quote' } : undefined)
     expect(await Promise.all(fences.map((fence, n) => store.markStepStarted(fence, `email-${n}`, carried(n))))).toEqual(keys.map(() => true))
     expect(pool.sent).toEqual(['mark', 'mark batch'])
@@ -379,10 +373,7 @@ describe('step writes that arrive together share one statement (maxBatchSize)', 
   })
 
   it("an execution's parallel steps, two writes to one row in what would be one batch: both land, the second after the batch", async () => {
-    const { pool, store } = recordingStore()
-    const scope = `step-same-row-${randomUUID().slice(0, 8)}`
-    const [lead, a, b] = await claimed(store, scope, ['a-lead', 'b', 'c'])
-    pool.sent.length = 0
+    const { pool, store, scope, fences: [lead, a, b] } = await claimedKeys('step-same-row', ['a-lead', 'b', 'c'])
     const done = await Promise.all([
       store.commitStep(lead!, 'x', 1),
       store.commitStep(a!, 'quote', { price: 3 }),
@@ -403,10 +394,7 @@ describe('step writes that arrive together share one statement (maxBatchSize)', 
   })
 
   it('a step write whose token no longer holds its claim answers false in a batch and writes nothing; the others commit', async () => {
-    const { pool, store } = recordingStore()
-    const scope = `step-fence-${randomUUID().slice(0, 8)}`
-    const [lead, a, lost, b] = await claimed(store, scope, ['a-lead', 'b', 'c-lost', 'd'])
-    pool.sent.length = 0
+    const { pool, store, scope, fences: [lead, a, lost, b] } = await claimedKeys('step-fence', ['a-lead', 'b', 'c-lost', 'd'])
     const stale = { ...lost!, fenceToken: randomUUID() }
     const done = await Promise.all([lead!, a!, stale, b!].map((fence) => store.commitStep(fence, 'charge', { id: fence.key })))
     expect(done).toEqual([true, true, false, true])
@@ -420,10 +408,7 @@ describe('step writes that arrive together share one statement (maxBatchSize)', 
   })
 
   it('a step write over 16 KiB of JSON (its result and the results it carries) is sent alone, beside the batch of the others; one at 16 KiB is batched', async () => {
-    const { pool, store } = recordingStore()
-    const scope = `step-large-${randomUUID().slice(0, 8)}`
-    const fences = await claimed(store, scope, ['a', 'b', 'c', 'd'])
-    pool.sent.length = 0
+    const { pool, store, scope, fences } = await claimedKeys('step-large', ['a', 'b', 'c', 'd'])
     // {"text":"…"} is 11 bytes around the text, and the carried results `{}` 2 more; é is 2 bytes.
     const atLimit = { text: 'é'.repeat(10) + 'x'.repeat(MAX_BATCHED_BODY_BYTES - 13 - 20) }
     const overLimit = { text: 'x'.repeat(MAX_BATCHED_BODY_BYTES - 13 + 1) }
@@ -434,10 +419,7 @@ describe('step writes that arrive together share one statement (maxBatchSize)', 
   })
 
   it('a step result PostgreSQL refuses fails alone: the batch is run again one by one, and the others commit', async () => {
-    const { pool, store } = recordingStore()
-    const scope = `step-refused-${randomUUID().slice(0, 8)}`
-    const fences = await claimed(store, scope, ['a', 'b', 'c', 'd'])
-    pool.sent.length = 0
+    const { pool, store, scope, fences } = await claimedKeys('step-refused', ['a', 'b', 'c', 'd'])
     // jsonb refuses the escape \u0000 (SQLSTATE 22P05), which JSON.stringify writes for a NUL.
     const settled = await Promise.allSettled(fences.map((fence, n) => store.commitStep(fence, 'charge', n === 2 ? { text: 'a\u0000b' } : { n })))
     expect(settled.map((s) => (s.status === 'fulfilled' ? s.value : (s.reason as { code?: string }).code))).toEqual([true, true, '22P05', true])
