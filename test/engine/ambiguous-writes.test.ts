@@ -99,6 +99,33 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
     expect(rows.map((row: { status: string }) => row.status)).toEqual(['completed', 'completed', 'completed'])
   })
 
+  it('a batch of step commits, and one of at-most-once step marks (issue 21): each step runs once, each worker goes on with its result', async () => {
+    const shared = engine()
+    const executions = []
+    for (const key of ['lost-steps-0', 'lost-steps-1', 'lost-steps-2']) {
+      const decision = await shared.begin(input(key))
+      if (decision.kind !== 'execute') throw new Error(decision.kind)
+      executions.push(decision.execution)
+    }
+    const runs = new Map<string, number>()
+    const ran = (name: string) => runs.set(name, (runs.get(name) ?? 0) + 1)
+    // The first of each kind leaves alone, the two behind it as one batch, whose answer is cut.
+    const cutMarks = proxy.cutNextAnswer({ to: '_mark_step_started_batch' })
+    await Promise.all(executions.map((execution) => execution.step('email', () => void ran(`email ${execution.key}`), { delivery: 'at-most-once' })))
+    await cutMarks
+    const cutCommits = proxy.cutNextAnswer({ to: '_commit_step_batch' })
+    const results = await Promise.all(executions.map((execution) => execution.step('charge', () => (ran(`charge ${execution.key}`), { id: `ch_${execution.key}` }))))
+    await cutCommits
+    expect(results).toEqual(executions.map((execution) => ({ id: `ch_${execution.key}` })))
+    expect([...runs.values()]).toEqual([1, 1, 1, 1, 1, 1])
+    for (const execution of executions) await execution.complete(jsonResponse(201, '{}'))
+    const { rows } = await db.pool.query<{ status: string; recovery_point: string; started_steps: string[]; step_results: unknown }>(
+      `SELECT status, recovery_point, started_steps, step_results FROM ${keyTable(db)} WHERE key LIKE 'lost-steps-%' ORDER BY key`,
+    )
+    // The marks sent again after their answer was lost record the step once (an at-most-once step's result, undefined, is stored as null).
+    expect(rows).toEqual(executions.map((execution) => ({ status: 'completed', recovery_point: 'charge', started_steps: ['email'], step_results: { email: null, charge: { id: `ch_${execution.key}` } } })))
+  })
+
   it('a take-over: the retry owns the claim it took', async () => {
     const { engine: direct } = engineOn(db)
     const dead = await direct.begin(input('lost-take-over'))

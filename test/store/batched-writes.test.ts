@@ -49,7 +49,7 @@ function recordingPool(pool: pg.Pool): PoolLike & { sent: string[] } {
 /** An UPDATE of the key table, by what it writes: `complete`, `step`, `mark`, each with ` batch` when batched. */
 function updateKind(text: string): string {
   const batch = text.includes('json_to_recordset') ? ' batch' : ''
-  const kind = text.includes('started_steps = array_append') ? 'mark' : text.includes('SET recovery_point =') ? 'step' : text.includes('SET status =') ? 'complete' : text.slice(0, 20)
+  const kind = text.includes('SET started_steps =') ? 'mark' : text.includes('SET recovery_point =') ? 'step' : text.includes('SET status =') ? 'complete' : text.slice(0, 20)
   return `${kind}${batch}`
 }
 

@@ -268,7 +268,7 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     markStepStarted: named(
       'mark_step_started',
       `UPDATE ${table}
-          SET started_steps = array_append(started_steps, $4::text), step_results = step_results || $5::jsonb,
+          SET started_steps = ${appendOnce('started_steps', '$4::text')}, step_results = step_results || $5::jsonb,
               recovery_point = COALESCE($6::text, recovery_point), locked_at = now(), updated_at = now()
         WHERE scope = $1 AND key = $2 AND fence_token = $3::uuid AND status = 'in_progress'`,
     ),
@@ -289,7 +289,7 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     markStepStartedBatch: named(
       'mark_step_started_batch',
       `UPDATE ${table} k
-          SET started_steps = array_append(k.started_steps, i.step), step_results = k.step_results || i.carried::jsonb,
+          SET started_steps = ${appendOnce('k.started_steps', 'i.step')}, step_results = k.step_results || i.carried::jsonb,
               recovery_point = COALESCE(i.recovery_point, k.recovery_point), locked_at = now(), updated_at = now()
          FROM json_to_recordset($1::json) AS i(n integer, scope text, key text, fence_token uuid, step text, carried text, recovery_point text)
         WHERE k.scope = i.scope AND k.key = i.key AND k.fence_token = i.fence_token AND k.status = 'in_progress'
@@ -419,6 +419,14 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     begin: (statementTimeoutMs, lockTimeoutMs) =>
       `BEGIN; SET LOCAL statement_timeout = ${Math.trunc(statementTimeoutMs)}; SET LOCAL lock_timeout = ${Math.trunc(lockTimeoutMs)}`,
   }
+}
+
+/**
+ * `array` with `value` appended unless it holds it already: a mark sent again after its answer
+ * was lost (the fenced writer repeats it, it landed the first time) records its step once.
+ */
+function appendOnce(array: string, value: string): string {
+  return `CASE WHEN ${value} = ANY(${array}) THEN ${array} ELSE array_append(${array}, ${value}) END`
 }
 
 function millisSince(column: string): string {
