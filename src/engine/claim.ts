@@ -29,7 +29,7 @@ const ROUNDS = 3
 export async function claimKey<Tx>(request: IdempotencyRequest, options: ResolvedEngineOptions<Tx>): Promise<ClaimOutcome> {
   const { store, ttlMs, staleAfterMs } = options
   const deadline = performance.now() + options.claimRetryMs
-  const retrying = <T>(what: string, attempt: () => Promise<T>, onTransient?: () => void) =>
+  const retrying = <T>(what: string | (() => string), attempt: () => Promise<T>, onTransient?: () => void) =>
     retryTransient(what, (error) => store.isTransientError(error), () => deadline, attempt, onTransient)
   // Only the current rule's part is stored; the request's whole value is what `decide` compares.
   const fingerprint = storedFingerprint(request.fingerprint)
@@ -72,7 +72,7 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
 
     for (let round = 0; round < ROUNDS; round++) {
       const attempt = await retrying(
-        `claim of key ${JSON.stringify(request.key)}`,
+        () => `claim of key ${JSON.stringify(request.key)}`,
         () => store.claim({ ...request, fingerprint, ttlMs, staleAfterMs, claimId, fenceToken, onLateInsert }),
         () => (unsure = true),
       )

@@ -62,7 +62,7 @@ export class FencedWriter {
   async retrying<T>(what: string, attempt: () => Promise<T>, onTransient?: () => void): Promise<T> {
     const { store, key, lease } = this.#options
     try {
-      return await retryTransient(`${what} for key ${JSON.stringify(key)}`, (error) => store.isTransientError(error), () => lease.staleAt, attempt, onTransient)
+      return await retryTransient(() => `${what} for key ${JSON.stringify(key)}`, (error) => store.isTransientError(error), () => lease.staleAt, attempt, onTransient)
     } catch (error) {
       // Invariant 12: a holder that cannot write its outcome stops renewing, so the claim goes
       // stale and a retry takes it over.

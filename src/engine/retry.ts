@@ -17,10 +17,11 @@ export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(r
  * up with `ONCELY_STORE_UNAVAILABLE` (the last error as its cause) when the next try would start
  * after `deadline` (a `performance.now()` time, read at each try so that it may move). Any other
  * error passes through at once. `onTransient` learns of each transient failure: an error can hide
- * a commit, so the caller knows to recognise its own write afterwards.
+ * a commit, so the caller knows to recognise its own write afterwards. `what` names the attempt in
+ * that error; as a function it is called only then, so a label is not built for every request.
  */
 export async function retryTransient<T>(
-  what: string,
+  what: string | (() => string),
   isTransient: (error: unknown) => boolean,
   deadline: () => number,
   attempt: () => Promise<T>,
@@ -34,7 +35,7 @@ export async function retryTransient<T>(
       onTransient(error)
       const delay = backoffMs(tries)
       if (performance.now() + delay >= deadline()) {
-        throw new OncelyError('ONCELY_STORE_UNAVAILABLE', `${what}: the database stayed unavailable (${describeError(error)})`, { cause: error })
+        throw new OncelyError('ONCELY_STORE_UNAVAILABLE', `${typeof what === 'function' ? what() : what}: the database stayed unavailable (${describeError(error)})`, { cause: error })
       }
       await sleep(delay)
     }

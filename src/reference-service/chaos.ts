@@ -4,6 +4,8 @@ export type CrashPoint = (typeof CRASH_POINTS)[number]
 
 /** Decides, per request, whether to die at a point; a no-op unless chaos is on. */
 export interface Chaos {
+  /** Whether `CHAOS=1` is set: without it no request is ever killed, and nothing need look. */
+  readonly enabled: boolean
   /** The crash point a request asked for, or undefined. */
   requested(header: string | undefined): CrashPoint | undefined
   /** Kills this process at once, with no cleanup, if `wanted` is `point`. */
@@ -12,6 +14,7 @@ export interface Chaos {
 
 export function createChaos(enabled: boolean): Chaos {
   return {
+    enabled,
     requested(header) {
       if (!enabled || header === undefined) return undefined
       const value = header.trim().toLowerCase()
