@@ -393,17 +393,24 @@ describe('step writes that arrive together share one statement (maxBatchSize)', 
     ])
   })
 
-  it('a step write whose token no longer holds its claim answers false in a batch and writes nothing; the others commit', async () => {
-    const { pool, store, scope, fences: [lead, a, lost, b] } = await claimedKeys('step-fence', ['a-lead', 'b', 'c-lost', 'd'])
+  it('a step write whose token no longer holds its claim, or whose key is settled, answers false in a batch and writes nothing; the others land', async () => {
+    const { pool, store, scope, fences: [lead, a, lost, settled, b] } = await claimedKeys('step-fence', ['a-lead', 'b', 'c-lost', 'd-settled', 'e'])
     const stale = { ...lost!, fenceToken: randomUUID() }
-    const done = await Promise.all([lead!, a!, stale, b!].map((fence) => store.commitStep(fence, 'charge', { id: fence.key })))
-    expect(done).toEqual([true, true, false, true])
+    // A settled row keeps its token (a worker recognises its own completion by it): the status decides.
+    expect(await store.complete(settled!, outcome(201, '{}'))).toBe(true)
+    pool.sent.length = 0
+    const fences = [lead!, a!, stale, settled!, b!]
+    expect(await Promise.all(fences.map((fence) => store.commitStep(fence, 'charge', { id: fence.key })))).toEqual([true, true, false, false, true])
     expect(pool.sent).toEqual(['step', 'step batch'])
-    expect((await stepRows(scope)).map((row) => [row.key, row.recovery_point])).toEqual([
-      ['a-lead', 'charge'],
-      ['b', 'charge'],
-      ['c-lost', null],
-      ['d', 'charge'],
+    pool.sent.length = 0
+    expect(await Promise.all(fences.map((fence) => store.markStepStarted(fence, 'email')))).toEqual([true, true, false, false, true])
+    expect(pool.sent).toEqual(['mark', 'mark batch'])
+    expect((await stepRows(scope)).map((row) => [row.key, row.recovery_point, row.started_steps])).toEqual([
+      ['a-lead', 'charge', ['email']],
+      ['b', 'charge', ['email']],
+      ['c-lost', null, []],
+      ['d-settled', null, []],
+      ['e', 'charge', ['email']],
     ])
   })
 
