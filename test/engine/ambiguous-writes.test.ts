@@ -26,6 +26,18 @@ const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', b
 const engine = () => createEngine({ store: createPostgresStore({ pool, schema: db.schema }), staleAfterMs: 60_000 })
 const input = (key: string) => ({ scope: 'u1', key, fingerprint })
 
+/** Executions of `keys`, claimed one after another on one engine (one store, so their writes can batch). */
+async function ownedOnOneEngine(keys: string[]) {
+  const shared = engine()
+  const executions = []
+  for (const key of keys) {
+    const decision = await shared.begin(input(key))
+    if (decision.kind !== 'execute') throw new Error(decision.kind)
+    executions.push(decision.execution)
+  }
+  return executions
+}
+
 async function begin(key: string) {
   const decision = await engine().begin(input(key))
   if (decision.kind !== 'execute') throw new Error(`expected execute, got ${decision.kind}`)
@@ -84,13 +96,7 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
   })
 
   it('a batch of completions (issue 21): each ends completed, not lock lost', async () => {
-    const shared = engine()
-    const executions = []
-    for (const key of ['lost-completes-0', 'lost-completes-1', 'lost-completes-2']) {
-      const decision = await shared.begin(input(key))
-      if (decision.kind !== 'execute') throw new Error(decision.kind)
-      executions.push(decision.execution)
-    }
+    const executions = await ownedOnOneEngine(['lost-completes-0', 'lost-completes-1', 'lost-completes-2'])
     const cut = proxy.cutNextAnswer({ to: '_complete_batch' })
     await Promise.all(executions.map((execution) => execution.complete(jsonResponse(201, '{"ok":true}'))))
     await cut
@@ -100,13 +106,7 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
   })
 
   it('a batch of step commits, and one of at-most-once step marks (issue 21): each step runs once, each worker goes on with its result', async () => {
-    const shared = engine()
-    const executions = []
-    for (const key of ['lost-steps-0', 'lost-steps-1', 'lost-steps-2']) {
-      const decision = await shared.begin(input(key))
-      if (decision.kind !== 'execute') throw new Error(decision.kind)
-      executions.push(decision.execution)
-    }
+    const executions = await ownedOnOneEngine(['lost-steps-0', 'lost-steps-1', 'lost-steps-2'])
     const runs = new Map<string, number>()
     const ran = (name: string) => runs.set(name, (runs.get(name) ?? 0) + 1)
     // The first of each kind leaves alone, the two behind it as one batch, whose answer is cut.
