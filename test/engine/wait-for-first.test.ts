@@ -416,10 +416,14 @@ describe('waiting, in detail (mutation survivors of wait.ts)', () => {
         return store.read(scope, k)
       },
     }
-    // Polling would read every 5 to 10 ms; a live watch reads once a minute, so once in the bound.
+    // Polling would read every 5 to 10 ms, 30 times or more in the bound; a live watch reads once a
+    // minute, its pause cut to what is left of the bound: once at its end, or twice when the timer
+    // fired a few ms early (Node counts it from the event loop's cached clock, behind the real one
+    // under load) and what was left of the bound ended with one more read (seen once in CI).
     const waiter = createEngine({ store: live, staleAfterMs: 30_000, waitFirstPollMs: 5, waitMaxPollMs: 10, waitWatchedPollMs: 60_000 })
     expect((await waiter.begin({ scope: 'u1', key, fingerprint }, { waitMs: 300 })).kind).toBe('conflict')
-    expect(reads).toBe(1)
+    expect(reads).toBeGreaterThanOrEqual(1)
+    expect(reads).toBeLessThanOrEqual(2)
     await first.release()
   })
 
