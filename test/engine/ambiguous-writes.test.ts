@@ -1,7 +1,8 @@
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest } from '../../src/index.js'
-import { createPostgresStore } from '../../src/store/postgres/index.js'
+import type { Execution } from '../../src/engine/execution.js'
+import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { ageClaim, engineOn, jsonResponse, keyTable } from '../helpers/engine.js'
@@ -124,6 +125,26 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
     )
     // The marks sent again after their answer was lost record the step once (an at-most-once step's result, undefined, is stored as null).
     expect(rows).toEqual(executions.map((execution) => ({ status: 'completed', recovery_point: 'charge', started_steps: ['email'], step_results: { email: null, charge: { id: `ch_${execution.key}` } } })))
+  })
+
+  it("a step batch cut while an execution's parallel step waits behind it for its row: both steps of that execution land, each run once", async () => {
+    const executions = await ownedOnOneEngine(['lost-parallel-0', 'lost-parallel-1', 'lost-parallel-2'])
+    const [lead, both, other] = executions as [Execution<Queryable>, Execution<Queryable>, Execution<Queryable>]
+    const runs: string[] = []
+    // lead's commit leaves alone; both's 'x' and other's 'x' leave as a batch, whose answer is cut;
+    // both's 'y', the same row, was waiting to go after that batch, and fails with it unsent.
+    const cut = proxy.cutNextAnswer({ to: '_commit_step_batch' })
+    const step = (execution: Execution<Queryable>, name: string) => execution.step(name, () => (runs.push(`${execution.key} ${name}`), { name }))
+    expect(await Promise.all([step(lead, 'x'), step(both, 'x'), step(both, 'y'), step(other, 'x')])).toEqual([{ name: 'x' }, { name: 'x' }, { name: 'y' }, { name: 'x' }])
+    await cut
+    expect(runs.toSorted()).toEqual(['lost-parallel-0 x', 'lost-parallel-1 x', 'lost-parallel-1 y', 'lost-parallel-2 x'])
+    for (const execution of executions) await execution.complete(jsonResponse(201, '{}'))
+    const { rows } = await db.pool.query<{ key: string; step_results: unknown }>(`SELECT key, step_results FROM ${keyTable(db)} WHERE key LIKE 'lost-parallel-%' ORDER BY key`)
+    expect(rows).toEqual([
+      { key: 'lost-parallel-0', step_results: { x: { name: 'x' } } },
+      { key: 'lost-parallel-1', step_results: { x: { name: 'x' }, y: { name: 'y' } } },
+      { key: 'lost-parallel-2', step_results: { x: { name: 'x' } } },
+    ])
   })
 
   it('a take-over: the retry owns the claim it took', async () => {

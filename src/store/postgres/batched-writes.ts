@@ -90,9 +90,7 @@ export function batchedWrites(options: BatchedWritesOptions) {
       async () => {
         const input = JSON.stringify(batch.map(completionInput))
         const { rows } = await sendOn<{ n: number }>(sql.completeBatch, [input, channel], 'the completion')
-        const answers: Array<Settled<boolean>> = batch.map(() => ({ ok: true, value: false }))
-        for (const { n } of rows) answers[n] = { ok: true, value: true }
-        return answers
+        return matchedByRow(batch.length, rows)
       },
       completeAlone,
     )
@@ -114,9 +112,7 @@ export function batchedWrites(options: BatchedWritesOptions) {
             async () => {
               const input = JSON.stringify(writes.map(({ fence, input }, n): StepBatchInput => ({ n, scope: fence.scope, key: fence.key, fence_token: fence.fenceToken, ...input })))
               const { rows } = await sendOn<{ n: number }>(batched, [input], what)
-              const answers: Array<Settled<boolean>> = writes.map(() => ({ ok: true, value: false }))
-              for (const { n } of rows) answers[n] = { ok: true, value: true }
-              return answers
+              return matchedByRow(writes.length, rows)
             },
             writeAlone,
           )
@@ -155,6 +151,13 @@ export function batchedWrites(options: BatchedWritesOptions) {
     complete: (fence: Fence, outcome: FinalOutcome): Promise<boolean> =>
       outcome.response.body.byteLength > MAX_BATCHED_BODY_BYTES ? completeAlone({ fence, outcome }) : completions.submit({ fence, outcome }),
   }
+}
+
+/** A fenced batch's answers: true for each input whose row the statement returned (`n`), false for the others, whose token no longer held. */
+function matchedByRow(count: number, rows: ReadonlyArray<{ n: number }>): Array<Settled<boolean>> {
+  const answers: Array<Settled<boolean>> = Array.from({ length: count }, () => ({ ok: true, value: false }))
+  for (const { n } of rows) answers[n] = { ok: true, value: true }
+  return answers
 }
 
 /** How many bytes of JSON a step write adds to a batch's parameter: the results it carries and its own. */
