@@ -5,7 +5,11 @@ import { flight } from './statement-runner.js'
 import { DEFAULT_STATEMENT_TIMEOUT_MS } from './store.js'
 
 export interface OneFlightOptions {
-  /** Milliseconds each statement may take before it is given up on. (Default: 5000) */
+  /**
+   * Milliseconds before the flight is given up on (its connection destroyed): on a pipelining
+   * pool, from when its statements leave together to the last answer; on a plain one, each
+   * statement's own. (Default: 5000)
+   */
   timeoutMs?: number
 }
 

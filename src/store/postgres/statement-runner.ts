@@ -42,31 +42,39 @@ export async function send<R>(
   onLateAnswer?: (result: QueryResult<R>) => void,
 ): Promise<QueryResult<R>> {
   try {
-    return await withDeadline(db.query<R>(config), timeoutMs, `PostgreSQL did not answer ${what} within ${timeoutMs} ms`, onLateAnswer)
+    return await withDeadline(db.query<R>(config), timeoutMs, () => `PostgreSQL did not answer ${what} within ${timeoutMs} ms`, onLateAnswer)
   } catch (error) {
     throw classified(error, what)
   }
 }
 
 /**
- * `promise`, or `ONCELY_STORE_UNAVAILABLE` with `message` once `timeoutMs` have passed; what it
+ * `promise`, or `ONCELY_STORE_UNAVAILABLE` with `message()` once `timeoutMs` have passed; what it
  * resolves to after that goes to `onLate` (a connection handed over late goes back to the pool).
+ * One promise and one timer per call, the message built only when it is thrown: every statement
+ * and checkout of the store passes through here (issue 21).
  */
-async function withDeadline<T>(promise: Promise<T>, timeoutMs: number, message: string, onLate?: (value: T) => void): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  let late = false
-  promise.then((value) => late && onLate?.(value), () => undefined)
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
+function withDeadline<T>(promise: Promise<T>, timeoutMs: number, message: () => string, onLate?: (value: T) => void): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let late = false
+    const timer = setTimeout(() => {
       late = true
-      reject(new OncelyError('ONCELY_STORE_UNAVAILABLE', message))
+      reject(new OncelyError('ONCELY_STORE_UNAVAILABLE', message()))
     }, timeoutMs)
+    promise.then(
+      (value) => {
+        if (late) return onLate?.(value)
+        clearTimeout(timer)
+        resolve(value)
+      },
+      // Passed on as it was thrown, as awaiting `promise` would.
+      (error: Error) => {
+        if (late) return
+        clearTimeout(timer)
+        reject(error)
+      },
+    )
   })
-  try {
-    return await Promise.race([promise, deadline])
-  } finally {
-    clearTimeout(timer)
-  }
 }
 
 /** The handles `transaction` opened and has not yet ended: known to be inside BEGIN … COMMIT. */
@@ -192,15 +200,9 @@ export async function transaction<T>(
  */
 export async function flight(pool: PoolLike, begin: string, timeoutMs: number, writes: readonly WriteStatement[]): Promise<Array<QueryResult<unknown>>> {
   const statements = writes.map(toQueryConfig)
-  return onConnection(pool, timeoutMs, async (connection) => {
-    const sent = inOneWrite(connection.client, () => [{ text: begin }, ...statements, { text: 'COMMIT' }].map((config) => connection.query<unknown>(config)))
-    const answers = await Promise.allSettled(sent)
-    const failed = answers.find((answer) => answer.status === 'rejected')
-    if (failed === undefined) return answers.slice(1, -1).map((answer) => (answer as PromiseFulfilledResult<QueryResult<unknown>>).value)
-    // Without a SQLSTATE, the connection itself failed: what was sent may or may not have
-    // committed, which the engine finds out by reading its row back (`onConnection`).
-    throw failed.reason
-  })
+  // Without a SQLSTATE, the failure thrown is the connection's: what was sent may or may not
+  // have committed, which the engine finds out by reading its row back (`onConnection`).
+  return onConnection(pool, timeoutMs, async (connection) => (await connection.sendWhole([begin, ...statements, 'COMMIT'])).slice(1, -1))
 }
 
 /** Runs `run` on a connection checked out of `pool` (within `timeoutMs`, when given), then gives it back. */
@@ -252,7 +254,7 @@ class WatchedConnection {
    * trips are the same. Behind a statement that broke the connection, nothing more is sent.
    */
   query<R>(config: QueryConfig): Promise<QueryResult<R>> {
-    if (this.#pipelining) return this.#send<R>(config)
+    if (this.#pipelining) return new Promise((resolve, reject) => this.#sendThen<R>(config, (error, result) => (error === undefined ? resolve(result as QueryResult<R>) : reject(error))))
     return new Promise<QueryResult<R>>((resolve, reject) => {
       this.#waiting.push(() => {
         if (this.broken !== undefined) {
@@ -270,6 +272,63 @@ class WatchedConnection {
    * own callback it leaves at once, as it would have from the driver's queue, not a turn of the
    * event loop's microtasks later (measured: a plain connection's flight took a quarter longer that way).
    */
+  /**
+   * Sends every one of `statements` (a bare string is a statement without values) and resolves to
+   * their results in order once all have answered, or rejects with the first failure in sending
+   * order. A pipelining node-postgres connection takes them all at once, in one socket write,
+   * answered through callbacks, under one deadline for the whole: its statements left together,
+   * so the store's timeout per statement would have run out for all of them at the same moment
+   * anyway. At it, the connection is given up (destroyed; the statements fail with it). Any other
+   * sends them one by one through `query`, each with the store's timeout.
+   */
+  sendWhole(statements: ReadonlyArray<QueryConfig | string>): Promise<Array<QueryResult<unknown>>> {
+    const socket = this.#pipelining ? socketOf(this.client) : undefined
+    if (socket === undefined) return this.#queryEach(statements)
+    const client = this.client as unknown as CallbackClient
+    return new Promise((resolve, reject) => {
+      const results = new Array<QueryResult<unknown>>(statements.length)
+      let failure: { index: number; error: Error } | undefined
+      let waiting = statements.length
+      let gaveUp: Error | undefined
+      const timeoutMs = this.#timeoutMs
+      const deadline =
+        timeoutMs === undefined
+          ? undefined
+          : setTimeout(() => {
+              gaveUp = new Error(`PostgreSQL did not answer within ${timeoutMs} ms`)
+              this.broken ??= gaveUp
+              socket.destroy()
+            }, timeoutMs)
+      const answered = (index: number, error: unknown, result?: QueryResult<unknown>) => {
+        if (error) {
+          this.#failed(error)
+          if (failure === undefined || index < failure.index) failure = { index, error: error as Error }
+        } else results[index] = result as QueryResult<unknown>
+        if (--waiting > 0) return
+        clearTimeout(deadline)
+        // Given up on, every statement failed with the destroyed connection: the deadline is the cause.
+        if (failure === undefined) resolve(results)
+        else reject(gaveUp ?? failure.error)
+      }
+      inOneWrite(client, () =>
+        statements.forEach((statement, index) => {
+          try {
+            client.query(statement, (error, result) => answered(index, error, result))
+          } catch (error) {
+            answered(index, error)
+          }
+        }),
+      )
+    })
+  }
+
+  async #queryEach(statements: ReadonlyArray<QueryConfig | string>): Promise<Array<QueryResult<unknown>>> {
+    const answers = await Promise.allSettled(statements.map((statement) => this.query<unknown>(typeof statement === 'string' ? { text: statement } : statement)))
+    const failed = answers.find((answer) => answer.status === 'rejected')
+    if (failed !== undefined) throw failed.reason
+    return answers.map((answer) => (answer as PromiseFulfilledResult<QueryResult<unknown>>).value)
+  }
+
   #answered(answer: () => void): void {
     this.#next()
     answer()
@@ -291,20 +350,12 @@ class WatchedConnection {
     return error
   }
 
-  async #send<R>(config: QueryConfig): Promise<QueryResult<R>> {
-    try {
-      return await this.client.query<R>(this.#withTimeout(config))
-    } catch (error) {
-      throw this.#failed(error)
-    }
-  }
-
   #sendThen<R>(config: QueryConfig, done: (error: Error | undefined, result?: QueryResult<R>) => void): void {
     if (!this.#takesCallbacks) {
       this.client.query<R>(this.#withTimeout(config)).then((result) => done(undefined, result), (error: unknown) => done(this.#failed(error) as Error))
       return
     }
-    const client = this.client as unknown as { query(config: QueryConfig, callback: (error: unknown, result: QueryResult<R>) => void): void }
+    const client = this.client as unknown as CallbackClient<R>
     try {
       // node-postgres calls back with null on success and an Error on failure.
       client.query(this.#withTimeout(config), (error, result) => (error ? done(this.#failed(error) as Error) : done(undefined, result)))
@@ -321,11 +372,16 @@ class WatchedConnection {
   }
 }
 
+/** A node-postgres client as its callback form takes a statement: null or an Error, then the result. */
+interface CallbackClient<R = unknown> {
+  query(config: QueryConfig | string, callback: (error: Error | null, result: QueryResult<R>) => void): void
+}
+
 /** The socket under a node-postgres client (`client.connection.stream`), when it can be corked. */
-function socketOf(client: unknown): { cork(): void; uncork(): void } | undefined {
+function socketOf(client: unknown): { cork(): void; uncork(): void; destroy(): void } | undefined {
   const stream = (client as { connection?: { stream?: { cork?: unknown } } } | null)?.connection?.stream
-  // A stream that corks is a Node Writable, which uncorks too.
-  return typeof stream?.cork === 'function' ? (stream as { cork(): void; uncork(): void }) : undefined
+  // A stream that corks is a Node Writable, which uncorks and is destroyed too.
+  return typeof stream?.cork === 'function' ? (stream as { cork(): void; uncork(): void; destroy(): void }) : undefined
 }
 
 /**
@@ -348,7 +404,7 @@ export function inOneWrite<T>(client: unknown, send: () => T): T {
 async function checkOut(pool: PoolLike, timeoutMs: number | undefined): Promise<PoolClientLike> {
   if (timeoutMs === undefined) return pool.connect()
   try {
-    return await withDeadline(pool.connect(), timeoutMs, `PostgreSQL did not hand over a connection within ${timeoutMs} ms`, (late) => late.release())
+    return await withDeadline(pool.connect(), timeoutMs, () => `PostgreSQL did not hand over a connection within ${timeoutMs} ms`, (late) => late.release())
   } catch (error) {
     // An error with a SQLSTATE (too many connections, a refused login) is the server's answer and
     // stays as it is; one without is the connection failing (`classified`).
