@@ -15,7 +15,10 @@
  * prints the ratio: the before and after of a change. A fresh cell sends a new key with every
  * request, a replay one key completed before the count. `--strategy` runs the service with another
  * `IDEMPOTENCY_STRATEGY` (`none`: the same business work with no key at all, the share of a
- * fresh charge that is oncely's). Valgrind slows the process about fifty
+ * fresh charge that is oncely's). `--target express-minimal` counts the peers' Express app
+ * (bench/baselines/express-app.ts, of each checkout) on `POST /v1/minimal` instead, with
+ * `oncely/express` in front (`express-minimal-plain`: without it), the guard's own cost per
+ * request; `express-charges` its charges route behind the guard. Valgrind slows the process about fifty
  * times: a cell takes a minute or two. Needs `valgrind` (Debian's package) on the PATH.
  */
 import { execFileSync, spawn } from 'node:child_process'
@@ -28,9 +31,11 @@ import { waitForReadyLine, type ChildExit } from '../src/cli/ready-line.js'
 import { openBenchDatabase } from './database.js'
 import { builtCli, startCli } from './processes.js'
 
-const { values } = parseArgs({ options: { cell: { type: 'string', default: 'fresh,replay' }, requests: { type: 'string', default: '1000' }, warm: { type: 'string', default: '1500' }, against: { type: 'string' }, strategy: { type: 'string', default: 'atomic-phases' } } })
+const { values } = parseArgs({ options: { cell: { type: 'string', default: 'fresh,replay' }, requests: { type: 'string', default: '1000' }, warm: { type: 'string', default: '1500' }, against: { type: 'string' }, strategy: { type: 'string', default: 'atomic-phases' }, target: { type: 'string', default: 'service' } } })
 const cells = values.cell.split(',')
 for (const cell of cells) if (cell !== 'fresh' && cell !== 'replay') throw new Error(`--cell takes fresh and replay, not ${cell}`)
+const TARGETS = ['service', 'express-minimal', 'express-minimal-plain', 'express-charges']
+if (!TARGETS.includes(values.target)) throw new Error(`--target is one of ${TARGETS.join(', ')}, not ${values.target}`)
 const requests = positive('--requests', values.requests)
 const warm = positive('--warm', values.warm)
 try {
@@ -42,6 +47,7 @@ const here = fileURLToPath(new URL('..', import.meta.url))
 // Each build's CLI; the other checkout's is refused here, before the database and valgrind start, when it has no build.
 const builds: Array<[string, string]> = [['this checkout', path.join(here, 'dist/cli/main.js')]]
 if (values.against !== undefined) builds.push([`--against ${values.against}`, builtCli(values.against)])
+const express = values.target.startsWith('express-')
 
 const database = await openBenchDatabase()
 const provider = await startCli(['provider', '--port', '0', '--latency-ms', '0'])
@@ -65,7 +71,11 @@ try {
 async function count(cli: string, cell: string, index: number): Promise<number> {
   const directory = await mkdtemp(path.join(tmpdir(), 'oncely-instructions-'))
   const schema = `bench_instructions_${index}_${cell}`
-  const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${directory}/out.%p`, process.execPath, cli, 'serve', '--port', '0', '--database-url', database.url, '--schema', schema, '--provider-url', provider.url, '--strategy', values.strategy], { stdio: ['ignore', 'pipe', 'pipe'] })
+  // The Express app of the checkout `cli` belongs to (dist/cli/main.js, two folders down), which imports that checkout's dist/.
+  const program = express
+    ? ['--import', 'tsx', path.resolve(cli, '../../../bench/baselines/express-app.ts'), ...(values.target === 'express-minimal-plain' ? [] : ['--oncely', '--database-url', database.url, '--schema', schema]), '--provider-url', provider.url]
+    : [cli, 'serve', '--port', '0', '--database-url', database.url, '--schema', schema, '--provider-url', provider.url, '--strategy', values.strategy]
+  const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${directory}/out.%p`, process.execPath, ...program], { stdio: ['ignore', 'pipe', 'pipe'] })
   let output = ''
   const keep = (chunk: string) => (output = (output + chunk).slice(-16_384))
   child.stdout.setEncoding('utf8').on('data', keep)
@@ -73,7 +83,7 @@ async function count(cli: string, cell: string, index: number): Promise<number> 
   const exited = new Promise<ChildExit>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })))
   try {
     // Valgrind starts a Node process slowly: minutes, not seconds, on a loaded machine.
-    const url = `${await waitForReadyLine(child, { output: () => output, exited, timeoutMs: 300_000, describe: () => `the service of ${cli} under callgrind\n${output}` })}/v1/charges`
+    const url = `${await waitForReadyLine(child, { output: () => output, exited, timeoutMs: 300_000, describe: () => `the service of ${cli} under callgrind\n${output}` })}/v1/${values.target.startsWith('express-minimal') ? 'minimal' : 'charges'}`
     const body = '{"amount":1000,"currency":"usd","customer":"cus_bench"}'
     let sent = 0
     const send = async (key: string) => {

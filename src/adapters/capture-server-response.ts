@@ -28,9 +28,12 @@ export interface ResponseSettler {
  * the stream started cuts it, and the handler is not run again.
  */
 export function captureServerResponse(res: ServerResponse, guard: ResponseSettler, log: Logger): (error: unknown) => Promise<void> {
-  const original = { write: res.write.bind(res), end: res.end.bind(res), writeHead: res.writeHead.bind(res), flushHeaders: res.flushHeaders.bind(res) }
+  // Called on `res` when used (`Reflect.apply`), not bound: four bound functions a request, for the
+  // paths that call them, were a cost of every request (issue 21).
+  // eslint-disable-next-line @typescript-eslint/unbound-method -- each is called on `res` only
+  const original = { write: res.write, end: res.end, writeHead: res.writeHead, flushHeaders: res.flushHeaders }
   // Headers set before the handler ran (CORS, request ids) survive a replacement answer.
-  const earlier = new Set(res.getHeaderNames())
+  const earlier = res.getHeaderNames()
   let recorder: StreamRecorder | undefined
   let ended = false
   // Ended by the connection closing or the handler throwing mid-stream, not by the handler's end.
@@ -77,7 +80,7 @@ export function captureServerResponse(res: ServerResponse, guard: ResponseSettle
     if (ended) return false
     ;(recorder ?? startStream()).add(chunk, typeof rest[0] === 'string' ? (rest[0] as BufferEncoding) : undefined)
     // The real return value, so a piping source waits for `drain` as it would without oncely.
-    return (original.write as (...args: unknown[]) => boolean)(chunk, ...rest)
+    return Reflect.apply(original.write, res, [chunk, ...rest]) as boolean
   } as ServerResponse['write']
 
   res.end = function end(...args: unknown[]) {
@@ -93,7 +96,7 @@ export function captureServerResponse(res: ServerResponse, guard: ResponseSettle
     if (recorder !== undefined) {
       recorder.add(chunk, encoding)
       // The last chunk and the end wait for the record; an unrecorded outcome cuts the connection.
-      void recorder.end().then((recorded) => (recorded ? (original.end as (...rest: unknown[]) => void)(...args) : res.destroy()))
+      void recorder.end().then((recorded) => (recorded ? void Reflect.apply(original.end, res, args) : res.destroy()))
       return res
     }
     const body = toBytes(chunk, encoding)
@@ -105,13 +108,15 @@ export function captureServerResponse(res: ServerResponse, guard: ResponseSettle
       res.writeHead = original.writeHead
       res.flushHeaders = original.flushHeaders
       try {
-        if (replacement) return sendAnswer(res, replacement, (name) => !earlier.has(name), callback, original.end)
-        // Whatever the handler changed after its first answer is undone: the wire gets what was stored.
+        if (replacement) return sendAnswer(res, replacement, (name) => !earlier.includes(name), callback, (chunk, done) => void Reflect.apply(original.end, res, [chunk, done]))
+        // Whatever the handler changed after its first answer is undone: the wire gets what was
+        // stored. A header still holding the value captured (the same value: `getHeaders` copies
+        // the record, not the values) is left as it is, not validated and set again.
         for (const name of res.getHeaderNames()) if (!Object.hasOwn(headers, name)) res.removeHeader(name)
-        setHeaders(res, headers)
+        for (const [name, value] of Object.entries(headers)) if (value !== undefined && res.getHeader(name) !== value) res.setHeader(name, value)
         res.statusCode = status
         res.statusMessage = statusMessage
-        original.end(body, callback)
+        Reflect.apply(original.end, res, [body, callback])
       } catch (error) {
         log.error(fields(), `oncely: the answer could not be sent; the connection is closed: ${String(error)}`)
         res.destroy()

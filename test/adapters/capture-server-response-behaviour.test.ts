@@ -99,6 +99,34 @@ describe('captureServerResponse', () => {
     })
   })
 
+  it('sends the headers of the first answer as they were when it ended: a header changed, added or removed after it is undone, on the wire and in the replay', async () => {
+    const handler: Handler = (_req, res) => {
+      res.setHeader('x-answer', 'first')
+      res.setHeader('x-kept', ['a', 'b'])
+      res.setHeader('content-type', 'application/json')
+      res.statusCode = 201
+      res.end('{"n":1}')
+      // While the outcome is being stored: none of this reaches the client or the record.
+      res.setHeader('x-answer', 'changed')
+      res.setHeader('x-late', 'yes')
+      res.removeHeader('content-type')
+      res.statusCode = 500
+    }
+    await serve(guarded(handler), async (url) => {
+      const key = randomUUID()
+      for (const response of [await post(url, key), await post(url, key)]) {
+        expect([response.status, response.headers.get('x-answer'), response.headers.get('x-kept'), response.headers.get('x-late'), response.headers.get('content-type'), await response.text()]).toEqual([
+          201,
+          'first',
+          'a, b',
+          null,
+          'application/json',
+          '{"n":1}',
+        ])
+      }
+    })
+  })
+
   it("keeps the headers set before the guard on a replacement answer and drops the handler's", async () => {
     const handler: Handler = async (req, res) => {
       res.setHeader('x-charge-id', 'ch_1')
