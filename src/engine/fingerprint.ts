@@ -118,6 +118,8 @@ function hashesOf(fingerprint: string): Map<number, string> {
 
 /** What the engine stores for a request's fingerprint: its current rule's part only. */
 export function storedFingerprint(fingerprint: string): string {
+  // A value of one part is stored as it is, versioned or not: what the adapters pass (issue 21).
+  if (!fingerprint.includes(';')) return fingerprint
   const first = fingerprint.split(';')[0] ?? fingerprint
   return hashesOf(fingerprint).size > 0 ? first : fingerprint
 }
