@@ -8,8 +8,9 @@ import { countSocketWrites } from '../helpers/socket-writes.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 
 // Issue 11: the store's transactions sent whole (`flight`) and statement by statement
-// (`transaction`) on the connections they check out: the store's timeout on every statement, a
-// broken connection never given back to the pool, no listener left behind.
+// (`transaction`) on the connections they check out: the store's timeout on every statement (one
+// for the whole of a pipelined flight, whose statements leave together), a broken connection never
+// given back to the pool, no listener left behind.
 
 let db: TestDatabase
 let proxy: TcpProxy

@@ -268,11 +268,6 @@ class WatchedConnection {
   }
 
   /**
-   * Hands the next held statement over before the answer reaches its caller: from node-postgres's
-   * own callback it leaves at once, as it would have from the driver's queue, not a turn of the
-   * event loop's microtasks later (measured: a plain connection's flight took a quarter longer that way).
-   */
-  /**
    * Sends every one of `statements` (a bare string is a statement without values) and resolves to
    * their results in order once all have answered, or rejects with the first failure in sending
    * order. A pipelining node-postgres connection takes them all at once, in one socket write,
@@ -329,6 +324,11 @@ class WatchedConnection {
     return answers.map((answer) => (answer as PromiseFulfilledResult<QueryResult<unknown>>).value)
   }
 
+  /**
+   * Hands the next held statement over before the answer reaches its caller: from node-postgres's
+   * own callback it leaves at once, as it would have from the driver's queue, not a turn of the
+   * event loop's microtasks later (measured: a plain connection's flight took a quarter longer that way).
+   */
   #answered(answer: () => void): void {
     this.#next()
     answer()
