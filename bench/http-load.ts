@@ -68,6 +68,8 @@ export interface LoadRun {
   p99: number
   requests: number
   cpuMsPerRequest: number
+  /** Of `cpuMsPerRequest`, the main thread's: the rest is V8's helper threads (garbage collection). */
+  mainThreadCpuMsPerRequest: number
   writesPerRequest: number
   databaseCpuMsPerRequest: number
 }
@@ -91,7 +93,7 @@ export async function loadRun(
     const i = n++
     return { ...r, headers: headers(`${prefix}${i}`), ...(bodies === undefined ? {} : { body: bodies[i % bodies.length] }) }
   }
-  const [cpuBefore, writesBefore, databaseBefore] = [await target.process.cpuMs(), await target.process.writes(), await options.databaseCpu.sample()]
+  const [cpuBefore, mainBefore, writesBefore, databaseBefore] = [await target.process.cpuMs(), await target.process.mainThreadCpuMs(), await target.process.writes(), await options.databaseCpu.sample()]
   const result = await autocannon({
     url: target.url,
     connections: options.connections,
@@ -107,6 +109,7 @@ export async function loadRun(
     ],
   })
   const cpuMs = (await target.process.cpuMs()) - cpuBefore
+  const mainThreadMs = (await target.process.mainThreadCpuMs()) - mainBefore
   const writes = (await target.process.writes()) - writesBefore
   const databaseMs = usedSince(databaseBefore, await options.databaseCpu.sample())
   const statuses = Object.keys(result.statusCodeStats)
@@ -121,6 +124,7 @@ export async function loadRun(
     p99: result.latency.p99,
     requests: result.requests.total,
     cpuMsPerRequest: cpuMs / total,
+    mainThreadCpuMsPerRequest: mainThreadMs / total,
     writesPerRequest: writes / total,
     databaseCpuMsPerRequest: databaseMs / total,
   }

@@ -38,6 +38,7 @@ export function peerFigures(cells: readonly PeerCell[], connections: number): { 
         extra: {
           'API CPU-ms/req': med(c.runs, (r) => r.cpuMsPerRequest),
           'CPU × express': med(c.runs, (r) => r.cpuMsPerRequest) / expressCpu,
+          'main thread CPU-ms/req': med(c.runs, (r) => r.mainThreadCpuMsPerRequest),
           'API writes/req': med(c.runs, (r) => r.writesPerRequest),
           'PostgreSQL CPU-ms/req': med(c.runs, (r) => r.databaseCpuMsPerRequest),
           'p50 ms': med(c.runs, (r) => r.p50),

@@ -25,6 +25,11 @@ export interface BenchProcess {
   readonly pid: number
   /** User + system CPU time the process has used so far, in milliseconds (from /proc). */
   cpuMs(): Promise<number>
+  /**
+   * The same, of its main thread alone (the event loop): the rest is V8's helper threads, garbage
+   * collection mostly, and libuv's pool.
+   */
+  mainThreadCpuMs(): Promise<number>
   /** Write system calls (write, writev…) the process has made so far: its socket writes, mostly (/proc/<pid>/io). */
   writes(): Promise<number>
   /** SIGTERM, then SIGKILL after 10 s. */
@@ -60,6 +65,8 @@ export async function startProgram(script: string, args: string[], env: Record<s
     url,
     pid,
     cpuMs: () => processCpuMs(pid),
+    // A process's main thread is the task whose id is the process's own.
+    mainThreadCpuMs: () => processCpuMs(pid, pid),
     writes: () => processWrites(pid),
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return
@@ -86,9 +93,9 @@ const TICKS_PER_SECOND = (() => {
   }
 })()
 
-/** utime + stime of /proc/<pid>/stat, in milliseconds. */
-export async function processCpuMs(pid: number): Promise<number> {
-  const stat = await readFile(`/proc/${pid}/stat`, 'utf8')
+/** utime + stime of /proc/<pid>/stat (of one thread's, /proc/<pid>/task/<thread>/stat, with `thread`), in milliseconds. */
+export async function processCpuMs(pid: number, thread?: number): Promise<number> {
+  const stat = await readFile(thread === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${thread}/stat`, 'utf8')
   // The command name may hold spaces; the fields after its closing parenthesis are fixed.
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / TICKS_PER_SECOND

@@ -59,7 +59,7 @@ it('answers 422 to the key sent with another body, and 409 or the same charge to
 })
 
 it('is reported beside plain Express and the service, as a floor and not as a target', () => {
-  const run = (perSecond: number): LoadRun => ({ perSecond, requests: perSecond, cpuMsPerRequest: 1, writesPerRequest: 1, databaseCpuMsPerRequest: 1, p50: 1, p99: 1 })
+  const run = (perSecond: number): LoadRun => ({ perSecond, requests: perSecond, cpuMsPerRequest: 1, mainThreadCpuMsPerRequest: 1, writesPerRequest: 1, databaseCpuMsPerRequest: 1, p50: 1, p99: 1 })
   const cells: PeerCell[] = [
     { target: 'express', cell: 'fresh', runs: [run(1000)] },
     { target: 'lean durable', cell: 'fresh', runs: [run(500)] },

@@ -8,7 +8,7 @@ import { AGAINST, peerFigures, type PeerCell } from '../../bench/peers-report.js
 // measured in the same interleaved run as this one's, so a change's before and after are two
 // figures of one run, not of two runs on a machine whose load moved in between.
 
-const run = (perSecond: number): LoadRun => ({ perSecond, requests: perSecond, cpuMsPerRequest: 1, writesPerRequest: 1, databaseCpuMsPerRequest: 1, p50: 1, p99: 1 })
+const run = (perSecond: number): LoadRun => ({ perSecond, requests: perSecond, cpuMsPerRequest: 1, mainThreadCpuMsPerRequest: 1, writesPerRequest: 1, databaseCpuMsPerRequest: 1, p50: 1, p99: 1 })
 
 it('reports each cell of this build’s service against the same cell of the other build, as a comparison and not as a target', () => {
   const cells: PeerCell[] = [
