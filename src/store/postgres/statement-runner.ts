@@ -158,7 +158,7 @@ export async function transaction<T>(
     const tx = timeoutMs === undefined ? connection.client : connection.tx
     // On a pipelining connection BEGIN is not awaited: corked, it leaves in one write with the
     // statements `work` sends before its first await, not in a write of its own (issue 21).
-    const socket = isPipelining(connection.client) ? socketOf(connection.client) : undefined
+    const socket = isPipelining(connection.client) ? connection.socket : undefined
     socket?.cork()
     let corked = socket !== undefined
     const uncork = () => {
@@ -231,8 +231,12 @@ class WatchedConnection {
   readonly tx: Queryable = { query: <R>(config: QueryConfig) => this.query<R>(config) }
   readonly #timeoutMs: number | undefined
   readonly #pipelining: boolean
-  /** A node-postgres client, which takes a callback: the next statement then leaves from it. */
-  readonly #takesCallbacks: boolean
+  /**
+   * The client's socket, found once per checkout: corked around a flight, destroyed when it is
+   * given up on. Only a node-postgres client has one, and it takes a callback: the next statement
+   * then leaves from it.
+   */
+  readonly socket: CorkableSocket | undefined
   /** Statements held back until the one before has answered, on a connection that does not pipeline. */
   readonly #waiting: Array<() => void> = []
   #busy = false
@@ -242,7 +246,7 @@ class WatchedConnection {
     this.client = client
     this.#timeoutMs = timeoutMs
     this.#pipelining = isPipelining(client)
-    this.#takesCallbacks = socketOf(client) !== undefined
+    this.socket = socketOf(client)
     ;(client as Partial<Pick<NodeJS.EventEmitter, 'on'>>).on?.('error', this.#onError)
   }
 
@@ -277,7 +281,7 @@ class WatchedConnection {
    * sends them one by one through `query`, each with the store's timeout.
    */
   sendWhole(statements: ReadonlyArray<QueryConfig | string>): Promise<Array<QueryResult<unknown>>> {
-    const socket = this.#pipelining ? socketOf(this.client) : undefined
+    const socket = this.#pipelining ? this.socket : undefined
     if (socket === undefined) return this.#queryEach(statements)
     const client = this.client as unknown as CallbackClient
     return new Promise((resolve, reject) => {
@@ -305,7 +309,7 @@ class WatchedConnection {
         if (failure === undefined) resolve(results)
         else reject(gaveUp ?? failure.error)
       }
-      inOneWrite(client, () =>
+      inOneWrite(socket, () =>
         statements.forEach((statement, index) => {
           try {
             client.query(statement, (error, result) => answered(index, error, result))
@@ -351,7 +355,7 @@ class WatchedConnection {
   }
 
   #sendThen<R>(config: QueryConfig, done: (error: Error | undefined, result?: QueryResult<R>) => void): void {
-    if (!this.#takesCallbacks) {
+    if (this.socket === undefined) {
       this.client.query<R>(this.#withTimeout(config)).then((result) => done(undefined, result), (error: unknown) => done(this.#failed(error) as Error))
       return
     }
@@ -377,26 +381,31 @@ interface CallbackClient<R = unknown> {
   query(config: QueryConfig | string, callback: (error: Error | null, result: QueryResult<R>) => void): void
 }
 
+/** A Node socket as the runner uses it. */
+interface CorkableSocket {
+  cork(): void
+  uncork(): void
+  destroy(): void
+}
+
 /** The socket under a node-postgres client (`client.connection.stream`), when it can be corked. */
-function socketOf(client: unknown): { cork(): void; uncork(): void; destroy(): void } | undefined {
+function socketOf(client: unknown): CorkableSocket | undefined {
   const stream = (client as { connection?: { stream?: { cork?: unknown } } } | null)?.connection?.stream
   // A stream that corks is a Node Writable, which uncorks and is destroyed too.
-  return typeof stream?.cork === 'function' ? (stream as { cork(): void; uncork(): void; destroy(): void }) : undefined
+  return typeof stream?.cork === 'function' ? (stream as CorkableSocket) : undefined
 }
 
 /**
- * Runs `send`, which queues statements on `client` synchronously, with the socket corked, so a
- * pipelining connection writes the whole flight in one system call instead of one per statement
- * (node-postgres corks each statement's messages on its own; corks nest, issue 21). A client
- * without a socket to cork (another driver, a wrapper) sends as it would anyway.
+ * Runs `send`, which queues statements on the client of `socket` synchronously, with the socket
+ * corked, so a pipelining connection writes the whole flight in one system call instead of one
+ * per statement (node-postgres corks each statement's messages on its own; corks nest, issue 21).
  */
-export function inOneWrite<T>(client: unknown, send: () => T): T {
-  const socket = socketOf(client)
-  socket?.cork()
+function inOneWrite<T>(socket: CorkableSocket, send: () => T): T {
+  socket.cork()
   try {
     return send()
   } finally {
-    socket?.uncork()
+    socket.uncork()
   }
 }
 
