@@ -10,7 +10,10 @@
  * The service of this checkout's build (`dist/`, built first) runs under callgrind with counting
  * off; `--warm` requests (default 1 500) let V8 compile the hot path; counting is switched on for
  * `--requests` (default 1 000) sent one at a time, then off. One request at a time, so no count
- * depends on how many requests one turn of the event loop happened to take. `--against DIR` runs
+ * depends on how many requests one turn of the event loop happened to take; `--concurrency N`
+ * (default 1) keeps N in flight instead, so the work that batches under load (the store's claims
+ * and completions, the relay's publishes) is counted as it is shared, not once per request.
+ * `--against DIR` runs
  * another checkout's build the same way (`git worktree add DIR REV`, `npm run build` there) and
  * prints the ratio: the before and after of a change. A fresh cell sends a new key with every
  * request, a replay one key completed before the count. `--strategy` runs the service with another
@@ -18,7 +21,10 @@
  * fresh charge that is oncely's). `--target express-minimal` counts the peers' Express app
  * (bench/baselines/express-app.ts, of each checkout) on `POST /v1/minimal` instead, with
  * `oncely/express` in front (`express-minimal-plain`: without it), the guard's own cost per
- * request; `express-charges` its charges route behind the guard. Valgrind slows the process about fifty
+ * request; `express-charges` its charges route behind the guard (`express-charges-plain`: the
+ * same route without it, plain Express's fresh charge of the peers); `lean` the lean durable
+ * baseline (bench/baselines/lean-durable.ts), the floor the service's fresh charge is read
+ * against. Valgrind slows the process about fifty
  * times: a cell takes a minute or two. Needs `valgrind` (Debian's package) on the PATH.
  */
 import { execFileSync, spawn } from 'node:child_process'
@@ -31,13 +37,14 @@ import { waitForReadyLine, type ChildExit } from '../src/cli/ready-line.js'
 import { openBenchDatabase } from './database.js'
 import { builtCli, startCli } from './processes.js'
 
-const { values } = parseArgs({ options: { cell: { type: 'string', default: 'fresh,replay' }, requests: { type: 'string', default: '1000' }, warm: { type: 'string', default: '1500' }, against: { type: 'string' }, strategy: { type: 'string', default: 'atomic-phases' }, target: { type: 'string', default: 'service' } } })
+const { values } = parseArgs({ options: { cell: { type: 'string', default: 'fresh,replay' }, requests: { type: 'string', default: '1000' }, concurrency: { type: 'string', default: '1' }, warm: { type: 'string', default: '1500' }, against: { type: 'string' }, strategy: { type: 'string', default: 'atomic-phases' }, target: { type: 'string', default: 'service' } } })
 const cells = values.cell.split(',')
 for (const cell of cells) if (cell !== 'fresh' && cell !== 'replay') throw new Error(`--cell takes fresh and replay, not ${cell}`)
-const TARGETS = ['service', 'express-minimal', 'express-minimal-plain', 'express-charges']
+const TARGETS = ['service', 'express-minimal', 'express-minimal-plain', 'express-charges', 'express-charges-plain', 'lean']
 if (!TARGETS.includes(values.target)) throw new Error(`--target is one of ${TARGETS.join(', ')}, not ${values.target}`)
 const requests = positive('--requests', values.requests)
 const warm = positive('--warm', values.warm)
+const concurrency = positive('--concurrency', values.concurrency)
 try {
   execFileSync('valgrind', ['--version'], { stdio: 'ignore' })
 } catch {
@@ -72,8 +79,11 @@ async function count(cli: string, cell: string, index: number): Promise<number> 
   const directory = await mkdtemp(path.join(tmpdir(), 'oncely-instructions-'))
   const schema = `bench_instructions_${index}_${cell}`
   // The Express app of the checkout `cli` belongs to (dist/cli/main.js, two folders down), which imports that checkout's dist/.
+  const baselines = path.resolve(cli, '../../../bench/baselines')
   const program = express
-    ? ['--import', 'tsx', path.resolve(cli, '../../../bench/baselines/express-app.ts'), ...(values.target === 'express-minimal-plain' ? [] : ['--oncely', '--database-url', database.url, '--schema', schema]), '--provider-url', provider.url]
+    ? ['--import', 'tsx', path.join(baselines, 'express-app.ts'), ...(values.target.endsWith('-plain') ? [] : ['--oncely', '--database-url', database.url, '--schema', schema]), '--provider-url', provider.url]
+    : values.target === 'lean'
+    ? ['--import', 'tsx', path.join(baselines, 'lean-durable.ts'), '--port', '0', '--database-url', database.url, '--schema', schema, '--provider-url', provider.url]
     : [cli, 'serve', '--port', '0', '--database-url', database.url, '--schema', schema, '--provider-url', provider.url, '--strategy', values.strategy]
   const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${directory}/out.%p`, process.execPath, ...program], { stdio: ['ignore', 'pipe', 'pipe'] })
   let output = ''
@@ -91,8 +101,16 @@ async function count(cli: string, cell: string, index: number): Promise<number> 
       await answer.arrayBuffer()
       if (answer.status !== 201) throw new Error(`${cli}: ${cell} answered ${answer.status}`)
     }
+    // `concurrency` senders, each one request at a time, share the n requests.
     const run = async (n: number) => {
-      for (let i = 0; i < n; i++) await send(cell === 'replay' ? 'replayed' : `fresh-${sent++}`)
+      let left = n
+      const sender = async () => {
+        while (left > 0) {
+          left--
+          await send(cell === 'replay' ? 'replayed' : `fresh-${sent++}`)
+        }
+      }
+      await Promise.all(Array.from({ length: concurrency }, sender))
     }
     await run(warm)
     const pid = String(child.pid)

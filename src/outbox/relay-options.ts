@@ -29,8 +29,11 @@ export interface RelayOptions {
   /**
    * After a batch that published, the relay looks again this long later (twice) before it waits
    * for the poll: writers send at most one NOTIFY per `OutboxOptions.notifyCoalesceMs`, so the
-   * events of the transactions in between are found here, not a poll interval later. Keep it at
-   * or above the writers' `notifyCoalesceMs`. (Default: 20)
+   * events of the transactions in between are found here, not a poll interval later. Under load
+   * it is also the pace of the relay's batches: after one that was not full, the next is claimed
+   * this long later (or at the next NOTIFY), so each carries what was committed meanwhile; a
+   * full batch is followed at once. Keep it at or above the writers' `notifyCoalesceMs`.
+   * (Default: 20)
    */
   followUpMs?: number
   /** Publishes in flight at once, across ordering keys; one key's events go one at a time. (Default: 16) */

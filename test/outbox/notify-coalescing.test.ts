@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createOutbox, createRelay, outboxBacklog } from '../../src/outbox/index.js'
 import { withTransaction } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
@@ -85,6 +85,60 @@ describe('notifyCoalesceMs', () => {
       expect(published().slice(-2)).toEqual([first, second])
     } finally {
       await relay.stop()
+    }
+  })
+})
+
+describe('the relay under a steady stream of events', () => {
+  // Issue 21: a claim at once after every batch that published found one or two events each
+  // time under load; a follow-up apart, one batch takes what the writers committed meanwhile.
+  it('after a batch that was not full, claims again a follow-up later, not at once; a full batch is followed at once', { timeout: 60_000 }, async () => {
+    // One NOTIFY, the first commit's, and no poll within the test: after the batch it wakes, the
+    // follow-ups are the relay's only looks.
+    const outbox = createOutbox({ schema: db.schema, notifyCoalesceMs: 60_000 })
+    const publisher = recordingPublisher()
+    const followUpMs = 250
+    const relay = createRelay({ pool: db.pool, schema: db.schema, publisher, pollIntervalMs: 120_000, followUpMs, batchSize: 1000, log: () => undefined })
+    const claims = vi.spyOn(relay, 'runOnce')
+    await relay.start()
+    try {
+      await waitUntil('the relay listens', async () => relay.listenConnections > 0)
+      await waitUntil('the earlier events are published', async () => Number((await outboxBacklog({ pool: db.pool, schema: db.schema })).pending) === 0)
+      // Wait out the looks that follow the first one.
+      await new Promise((resolve) => setTimeout(resolve, 3 * followUpMs))
+      const before = claims.mock.calls.length
+      const started = performance.now()
+      const committed: string[] = []
+      // Four writers, each committing an event every few milliseconds for 1.5 s.
+      const writer = async (w: number) => {
+        for (let n = 0; performance.now() - started < 1500; n++) {
+          committed.push(await commitEvent(outbox, w * 10_000 + n))
+          await new Promise((resolve) => setTimeout(resolve, 5))
+        }
+      }
+      await Promise.all([0, 1, 2, 3].map(writer))
+      const published = () => new Set(publisher.messages.map((message) => message.id))
+      await waitUntil('every event is published', () => committed.every((id) => published().has(id)), 10_000)
+      const elapsedMs = performance.now() - started
+      expect(committed.length).toBeGreaterThan(200)
+      // One claim per follow-up at most, and the two empty ones after the last batch.
+      expect(claims.mock.calls.length - before).toBeLessThanOrEqual(Math.ceil(elapsedMs / followUpMs) + 3)
+    } finally {
+      await relay.stop()
+    }
+
+    // A backlog: 50 events, batches of 10. Were a full batch followed a follow-up later (5 s),
+    // they would take 20 s; claimed at once, they leave in well under that.
+    const backlog: string[] = []
+    for (let n = 0; n < 50; n++) backlog.push(await commitEvent(outbox, n))
+    const draining = createRelay({ pool: db.pool, schema: db.schema, publisher, listen: false, pollIntervalMs: 120_000, followUpMs: 5000, batchSize: 10, log: () => undefined })
+    const startedDrain = performance.now()
+    await draining.start()
+    try {
+      await waitUntil('the backlog is published', () => backlog.every((id) => publisher.messages.some((message) => message.id === id)), 15_000)
+      expect(performance.now() - startedDrain).toBeLessThan(5000)
+    } finally {
+      await draining.stop()
     }
   })
 })
