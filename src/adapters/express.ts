@@ -1,6 +1,8 @@
+import { IncomingMessage } from 'node:http'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import { requestHasBody } from './body.js'
 import { captureServerResponse, sendAnswer, setKeyTtl } from './capture-server-response.js'
+import { withDictionaryProperties } from './dictionary-properties.js'
 import { routePattern } from './express-route.js'
 import { beginGuarded, responseClosed, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext, type RegisteredTx } from './http.js'
 
@@ -56,6 +58,8 @@ export function idempotency<Tx extends RegisteredTx = RegisteredTx>(options: Ada
       res.once('close', () => gate.finish(res.statusCode))
       return next()
     }
+    // Express swapped the request's prototype: the property is added cheaply once that is dealt with.
+    withDictionaryProperties(req, IncomingMessage.prototype, 'complete')
     req.idempotency = gate.guard.context
     captureServerResponse(res, gate.guard, resolved.log)
     next()
