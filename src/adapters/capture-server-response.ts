@@ -1,8 +1,7 @@
-import { ServerResponse, type OutgoingHttpHeaders } from 'node:http'
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { Logger, LogFields } from '../logger.js'
 import type { HttpAnswer } from './answers.js'
 import { toBytes } from './body.js'
-import { withDictionaryProperties } from './dictionary-properties.js'
 import { keyTtlHeaders } from './key-ttl.js'
 import type { CapturedResponse } from './request-context.js'
 import { describeStreamError, StreamRecorder } from './streamed-body.js'
@@ -29,8 +28,6 @@ export interface ResponseSettler {
  * the stream started cuts it, and the handler is not run again.
  */
 export function captureServerResponse(res: ServerResponse, guard: ResponseSettler, log: Logger): (error: unknown) => Promise<void> {
-  // Four methods are added to `res` below: cheaply, once Express's swapped prototype is dealt with.
-  withDictionaryProperties(res, ServerResponse.prototype, 'sendDate')
   // Called on `res` when used (`Reflect.apply`), not bound: four bound functions a request, for the
   // paths that call them, were a cost of every request (issue 21).
   // eslint-disable-next-line @typescript-eslint/unbound-method -- each is called on `res` only

@@ -1,3 +1,5 @@
+import { IncomingMessage, ServerResponse } from 'node:http'
+
 /**
  * Switches `object` to dictionary properties before an adapter adds its own to it, when its
  * prototype is no longer `ownPrototype`: a request or response whose prototype was swapped, as
@@ -13,10 +15,21 @@
  * plain data property of the object's class set in its constructor, is put back at once with its
  * value. Nothing else about the object changes but the place of `property` among its own keys.
  */
-export function withDictionaryProperties<T extends object>(object: T, ownPrototype: object, property: keyof T & string): void {
+function withDictionaryProperties<T extends object>(object: T, ownPrototype: object, property: keyof T & string): void {
   if (Object.getPrototypeOf(object) === ownPrototype) return
   const descriptor = Object.getOwnPropertyDescriptor(object, property)
   if (descriptor === undefined || !('value' in descriptor) || !descriptor.writable || !descriptor.enumerable || !descriptor.configurable) return
   delete object[property]
   ;(object as Record<string, unknown>)[property] = descriptor.value
+}
+
+/**
+ * A guarded request's request and response, as `oncely/express` and the Nest adapter get them:
+ * both switched before anything is added to them (the guard's own properties, and `statusCode`
+ * and `statusMessage`, which node:http adds to a response on its first answer: a replay paid for
+ * those two as well). A plain node:http pair is left as it is.
+ */
+export function withDictionaryPropertiesWhenSwapped(req: IncomingMessage, res: ServerResponse): void {
+  withDictionaryProperties(req, IncomingMessage.prototype, 'complete')
+  withDictionaryProperties(res, ServerResponse.prototype, 'sendDate')
 }

@@ -1,8 +1,7 @@
-import { IncomingMessage } from 'node:http'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import { requestHasBody } from './body.js'
 import { captureServerResponse, sendAnswer, setKeyTtl } from './capture-server-response.js'
-import { withDictionaryProperties } from './dictionary-properties.js'
+import { withDictionaryPropertiesWhenSwapped } from './dictionary-properties.js'
 import { routePattern } from './express-route.js'
 import { beginGuarded, responseClosed, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext, type RegisteredTx } from './http.js'
 
@@ -41,6 +40,9 @@ export function idempotency<Tx extends RegisteredTx = RegisteredTx>(options: Ada
   return async function oncelyIdempotency(req: Request, res: Response, next: NextFunction): Promise<void> {
     const route = routePattern(req)
     if (!isGuarded(resolved, req.method, route)) return next()
+    // Express swapped both objects' prototypes: what the guard and node:http add to them from
+    // here on is added cheaply once that is dealt with (issue 21).
+    withDictionaryPropertiesWhenSwapped(req, res)
     const gate = await beginGuarded(resolved, req, {
       method: req.method,
       route,
@@ -58,8 +60,6 @@ export function idempotency<Tx extends RegisteredTx = RegisteredTx>(options: Ada
       res.once('close', () => gate.finish(res.statusCode))
       return next()
     }
-    // Express swapped the request's prototype: the property is added cheaply once that is dealt with.
-    withDictionaryProperties(req, IncomingMessage.prototype, 'complete')
     req.idempotency = gate.guard.context
     captureServerResponse(res, gate.guard, resolved.log)
     next()

@@ -8,6 +8,7 @@ import { catchError, from, of, type Observable } from 'rxjs'
 import { invalid } from '../option-validation.js'
 import { requestHasBody } from './body.js'
 import { captureServerResponse, sendAnswer, setKeyTtl } from './capture-server-response.js'
+import { withDictionaryPropertiesWhenSwapped } from './dictionary-properties.js'
 import { routePattern } from './express-route.js'
 import { beginGuarded, responseClosed, isGuarded, resolveAdapterOptions, type AdapterOptions, type IdempotencyContext, type ResolvedAdapterOptions } from './http.js'
 
@@ -47,6 +48,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const res = context.switchToHttp().getResponse<Response>()
     const route = routePattern(req)
     if (!isGuarded(this.#options, req.method, route)) return next.handle()
+    // On Express, both objects' prototypes were swapped (see withDictionaryPropertiesWhenSwapped).
+    withDictionaryPropertiesWhenSwapped(req, res)
     const gate = await beginGuarded(this.#options, req, {
       method: req.method,
       route,
