@@ -155,4 +155,3 @@ export function sendAnswer(res: ServerResponse, answer: HttpAnswer, drop: (name:
 function setHeaders(res: ServerResponse, headers: OutgoingHttpHeaders): void {
   for (const [name, value] of Object.entries(headers)) if (value !== undefined) res.setHeader(name, value)
 }
-

@@ -74,9 +74,9 @@ export function currentFingerprint(input: FingerprintInput): string {
 /**
  * `canonicalize({ v, method, route, params, query, body: taggedBody(…) })`, byte for byte, with
  * the envelope written here and only its parts canonicalized: the envelope's keys are fixed, so
- * sorting them, and the two objects built to be sorted, were a third of what canonicalizing cost
- * per request (issue 21; test/engine/fingerprint-envelope.test.ts compares the two on generated
- * requests). Keys in canonicalize's order, which is UTF-16 order: body, method, params, query,
+ * the two objects built to be sorted, their sorting and a `canonicalize` call per part were about
+ * half of this function's time (measured alone, issue 21; test/engine/fingerprint-envelope.test.ts
+ * compares the two ways on generated requests). Keys in canonicalize's order, which is UTF-16 order: body, method, params, query,
  * route, v; kind, value. A body the envelope cannot hold as JSON (a function, a symbol) goes the
  * long way, as it always did.
  */
