@@ -95,7 +95,8 @@ try {
   }
   if (only.includes('relay')) {
     // The outbox relay: drain throughput, commit-to-consumer latency with LISTEN and with polling
-    // alone, and NOTIFY's cost on commits. Its own script, so it runs on its own too.
+    // alone, a steady stream's claims and CPU per event, and NOTIFY's cost on commits. Its own
+    // script, so it runs on its own too.
     process.stdout.write('\n### outbox relay (bench/relay.ts)\n\n')
     execFileSync(process.execPath, ['--import', 'tsx', 'bench/relay.ts'], { stdio: 'inherit', env: { ...process.env, DATABASE_URL: database.url } })
   }
