@@ -13,8 +13,7 @@
  * depends on how many requests one turn of the event loop happened to take; `--concurrency N`
  * (default 1) keeps N in flight instead, so the work that batches under load (the store's claims
  * and completions, the relay's publishes) is counted as it is shared, not once per request.
- * `--against DIR` runs
- * another checkout's build the same way (`git worktree add DIR REV`, `npm run build` there) and
+ * `--against DIR` runs another checkout's build the same way (`git worktree add DIR REV`, `npm run build` there) and
  * prints the ratio: the before and after of a change. A fresh cell sends a new key with every
  * request, a replay one key completed before the count. `--strategy` runs the service with another
  * `IDEMPOTENCY_STRATEGY` (`none`: the same business work with no key at all, the share of a

@@ -52,6 +52,20 @@ const allReceived = (count: number) => new Promise<void>((resolve) => (received.
 const publisher = createJetStreamPublisher({ servers: natsUrl, stream: 'ONCELY_BENCH', subjectPrefix: 'oncely.bench' })
 const relayWith = (listen: boolean): Relay => createRelay({ pool, publisher, listen, pollIntervalMs: POLL_MS, batchSize: 200, maxInFlight: 32, log: () => undefined })
 
+/**
+ * Counts `relay`'s claims (its batches), each a claim transaction and a mark on the pool: under a
+ * stream of writers, what the relay costs the process it runs in goes with them (issue 21).
+ */
+function countClaims(relay: Relay): () => number {
+  let claims = 0
+  const runOnce = relay.runOnce.bind(relay)
+  relay.runOnce = () => {
+    claims++
+    return runOnce()
+  }
+  return () => claims
+}
+
 async function write(count: number, notify: boolean, commits?: Map<string, number>): Promise<void> {
   const outbox = createOutbox({ notify })
   let next = 0
@@ -86,21 +100,14 @@ try {
   const latency = async (listen: boolean) => {
     received.clear()
     const relay = relayWith(listen)
-    // The relay's claims (its batches), each a claim transaction and a mark on the pool: under a
-    // stream of writers, what the relay costs the process it runs in goes with them (issue 21).
-    let claims = 0
-    const runOnce = relay.runOnce.bind(relay)
-    relay.runOnce = () => {
-      claims++
-      return runOnce()
-    }
+    const claims = countClaims(relay)
     await relay.start()
     const commits = new Map<string, number>()
     await write(EVENTS, listen, commits)
     await allReceived(EVENTS)
     await relay.stop()
     const delays = [...commits].map(([id, at]) => (received.get(id) ?? Number.NaN) - at).filter(Number.isFinite)
-    return { p50: percentile(delays, 50), p99: percentile(delays, 99), claimsPerEvent: claims / EVENTS }
+    return { p50: percentile(delays, 50), p99: percentile(delays, 99), claimsPerEvent: claims() / EVENTS }
   }
   const listening = await latency(true)
   const polling = await latency(false)
@@ -114,12 +121,7 @@ try {
   const steady = async () => {
     received.clear()
     const relay = relayWith(true)
-    let claims = 0
-    const runOnce = relay.runOnce.bind(relay)
-    relay.runOnce = () => {
-      claims++
-      return runOnce()
-    }
+    const claims = countClaims(relay)
     await relay.start()
     const outbox = createOutbox()
     const commits = new Map<string, number>()
@@ -140,7 +142,7 @@ try {
     const used = process.cpuUsage(cpu)
     await relay.stop()
     const delays = [...commits].map(([id, at]) => (received.get(id) ?? Number.NaN) - at).filter(Number.isFinite)
-    return { events: commits.size, claimsPerEvent: claims / commits.size, p50: percentile(delays, 50), p99: percentile(delays, 99), cpuMsPerEvent: (used.user + used.system) / 1000 / commits.size }
+    return { events: commits.size, claimsPerEvent: claims() / commits.size, p50: percentile(delays, 50), p99: percentile(delays, 99), cpuMsPerEvent: (used.user + used.system) / 1000 / commits.size }
   }
   const stream = await steady()
   lines.push(
