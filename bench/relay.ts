@@ -9,8 +9,9 @@
  *    runs, with the LISTEN wake-up (NOTIFY coalesced as the outbox does by default) and with
  *    polling alone (every 500 ms), printed beside each other, with the relay's claims per event
  *    (its batches: each a claim transaction and a mark).
- * 2b. A steady stream (500 events/s): the relay's claims per event, commit to consumer, and the
- *    CPU per event of this process, where the writers and the relay run.
+ * 2b. A steady stream (500 events/s), published to the broker and taken in process (as the
+ *    reference service's log publisher does): the relay's claims per event, commit to consumer,
+ *    and the CPU per event of this process, where the writers and the relay run.
  * 3. The cost of NOTIFY on commits: completion-shaped transactions per second, with and without
  *    it (a NOTIFY takes a database-wide lock at commit).
  *
@@ -21,7 +22,7 @@
 import { parseArgs } from 'node:util'
 import { connect } from '@nats-io/transport-node'
 import pg from 'pg'
-import { createJetStreamPublisher, createOutbox, createRelay, type Relay } from '../src/outbox/index.js'
+import { createJetStreamPublisher, createOutbox, createRelay, type Publisher, type Relay } from '../src/outbox/index.js'
 import { migrate, withTransaction } from '../src/store/postgres/index.js'
 import { openBenchDatabase } from './database.js'
 import { percentile } from './stats.js'
@@ -50,7 +51,19 @@ const subscription = nc.subscribe('oncely.bench.>', {
 const allReceived = (count: number) => new Promise<void>((resolve) => (received.size >= count ? resolve() : (waiting = { count, resolve })))
 
 const publisher = createJetStreamPublisher({ servers: natsUrl, stream: 'ONCELY_BENCH', subjectPrefix: 'oncely.bench' })
-const relayWith = (listen: boolean): Relay => createRelay({ pool, publisher, listen, pollIntervalMs: POLL_MS, batchSize: 200, maxInFlight: 32, log: () => undefined })
+const relayWith = (listen: boolean, to: Publisher = publisher): Relay => createRelay({ pool, publisher: to, listen, pollIntervalMs: POLL_MS, batchSize: 200, maxInFlight: 32, log: () => undefined })
+/**
+ * Takes each event in this process, as the reference service's log publisher does when no broker
+ * is set: a publish costs next to nothing, so the relay's own claims are what its CPU is made of.
+ */
+const inProcess: Publisher = {
+  name: 'in-process',
+  async publish(message) {
+    if (!received.has(message.id)) received.set(message.id, performance.now())
+    if (waiting && received.size >= waiting.count) waiting.resolve()
+  },
+  async close() {},
+}
 
 /**
  * Counts `relay`'s claims (its batches), each a claim transaction and a mark on the pool: under a
@@ -118,9 +131,9 @@ try {
   // its own transaction, NOTIFY coalesced), as a service's completions do under load; the relay
   // runs in this process, as in the reference service, so the CPU per event is the writers' and
   // the relay's together (issue 21: how often the relay claims is what changes it).
-  const steady = async () => {
+  const steady = async (to: Publisher) => {
     received.clear()
-    const relay = relayWith(true)
+    const relay = relayWith(true, to)
     const claims = countClaims(relay)
     await relay.start()
     const outbox = createOutbox()
@@ -142,13 +155,13 @@ try {
     const used = process.cpuUsage(cpu)
     await relay.stop()
     const delays = [...commits].map(([id, at]) => (received.get(id) ?? Number.NaN) - at).filter(Number.isFinite)
-    return { events: commits.size, claimsPerEvent: claims() / commits.size, p50: percentile(delays, 50), p99: percentile(delays, 99), cpuMsPerEvent: (used.user + used.system) / 1000 / commits.size }
+    return { claimsPerEvent: claims() / commits.size, p50: percentile(delays, 50), p99: percentile(delays, 99), cpuMsPerEvent: (used.user + used.system) / 1000 / commits.size }
   }
-  const stream = await steady()
-  lines.push(
-    '',
-    `a steady stream, ${STEADY_RATE} events/s for ${SECONDS} s (${stream.events} events, ${WRITERS} writers, 50 ordering keys): ${stream.claimsPerEvent.toFixed(3)} claims per event, commit to consumer p50 ${stream.p50.toFixed(1)} ms, p99 ${stream.p99.toFixed(1)} ms; this process's CPU (writers and relay) ${stream.cpuMsPerEvent.toFixed(3)} ms per event`,
-  )
+  lines.push('', `a steady stream, ${STEADY_RATE} events/s for ${SECONDS} s (${WRITERS} writers, 50 ordering keys)   claims/event   p50 ms   p99 ms   CPU ms/event (writers and relay)`)
+  for (const to of [publisher, inProcess]) {
+    const stream = await steady(to)
+    lines.push(`published to ${to.name.padEnd(12)} ${stream.claimsPerEvent.toFixed(3).padStart(51)} ${stream.p50.toFixed(1).padStart(8)} ${stream.p99.toFixed(1).padStart(8)} ${stream.cpuMsPerEvent.toFixed(3).padStart(14)}`)
+  }
 
   // 3. NOTIFY's cost on commits.
   const commitRate = async (notify: boolean) => {
