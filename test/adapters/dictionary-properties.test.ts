@@ -21,15 +21,20 @@ afterAll(async () => {
 const fixture = fileURLToPath(new URL('./fixtures/hidden-classes.ts', import.meta.url))
 
 describe('the request and response objects the guard adds to', () => {
-  it("Express's have dictionary properties, also when the guard answers, and keep their values; node:http's keep their shared hidden class", { timeout: 30_000 }, async () => {
+  it("Express's (and Nest's on Express) have dictionary properties, also when the guard answers, and keep their values; node:http's keep their shared hidden class", { timeout: 30_000 }, async () => {
     const { stdout } = await promisify(execFile)(process.execPath, ['--allow-natives-syntax', '--import', 'tsx', fixture, db.url, db.schema])
     const result = JSON.parse(stdout) as Record<string, Record<string, unknown>>
     // The first answer and the retry's replay both ended on a response with dictionary properties.
     expect(result.finished).toEqual([false, false])
     expect(result.seen).toEqual({
       express: { reqFast: false, resFast: false, sendDate: false, complete: true, guarded: true },
+      nest: { reqFast: false, resFast: false },
       node: { resFast: true },
     })
+    // Nest on Express: the same, when the handler answered and when the interceptor replayed.
+    expect(result.nestFinished).toEqual([false, false])
+    expect(result.nestFirst).toMatchObject({ status: 201, body: '{"ok":true}' })
+    expect(result.nestRetry).toMatchObject({ status: 201, body: '{"ok":true}' })
     // The Date header the app turned off before the guard stays off, on the answer and its replay.
     expect(result.first).toEqual({ status: 201, date: null, body: '{"ok":true}' })
     expect(result.retry).toEqual({ status: 201, date: null, body: '{"ok":true}' })
