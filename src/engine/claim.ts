@@ -5,7 +5,7 @@ import { decide, type KeyState } from './decide.js'
 import { storedFingerprint } from './fingerprint.js'
 import type { ResolvedEngineOptions } from './options.js'
 import { retryTransient } from './retry.js'
-import type { Fence } from './store.js'
+import type { ClaimRequest, Fence } from './store.js'
 import type { ClaimKind, ClaimSnapshot, ClaimState, IdempotencyRequest, StoredResponse } from './types.js'
 import { openSteps, openResponse } from './encrypted-store.js'
 import { isSealedBytes, isSealedText } from './encryption-keys.js'
@@ -51,6 +51,13 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
     unsure = true
     if (endedWithoutKey) void store.release(fence).catch(() => undefined)
   }
+  // What the claim statement needs, built once for every round, field by field: a spread of the
+  // request (whose shape differs by caller) was the costliest line of a replay's own profile. The
+  // earlier rule's fingerprint goes along only when the caller gave one, as it did in the spread.
+  const claimRequest: ClaimRequest & Pick<IdempotencyRequest, 'earlierFingerprint'> =
+    request.earlierFingerprint === undefined
+      ? { scope: request.scope, key: request.key, fingerprint, ttlMs, staleAfterMs, claimId, fenceToken, onLateInsert }
+      : { scope: request.scope, key: request.key, fingerprint, ttlMs, staleAfterMs, claimId, fenceToken, onLateInsert, earlierFingerprint: request.earlierFingerprint }
   const leftUnsure = () => {
     endedWithoutKey = true
     if (unsure) letGoOrphan(fence, options, takeOverUnsure)
@@ -73,7 +80,7 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
     for (let round = 0; round < ROUNDS; round++) {
       const attempt = await retrying(
         () => `claim of key ${JSON.stringify(request.key)}`,
-        () => store.claim({ ...request, fingerprint, ttlMs, staleAfterMs, claimId, fenceToken, onLateInsert }),
+        () => store.claim(claimRequest),
         () => (unsure = true),
       )
       if (attempt.kind === 'inserted') return { kind: 'owned', claim: attempt.claim, how: 'new' }
