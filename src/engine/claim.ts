@@ -54,10 +54,8 @@ export async function claimKey<Tx>(request: IdempotencyRequest, options: Resolve
   // What the claim statement needs, built once for every round, field by field: a spread of the
   // request (whose shape differs by caller) was the costliest line of a replay's own profile. The
   // earlier rule's fingerprint goes along only when the caller gave one, as it did in the spread.
-  const claimRequest: ClaimRequest & Pick<IdempotencyRequest, 'earlierFingerprint'> =
-    request.earlierFingerprint === undefined
-      ? { scope: request.scope, key: request.key, fingerprint, ttlMs, staleAfterMs, claimId, fenceToken, onLateInsert }
-      : { scope: request.scope, key: request.key, fingerprint, ttlMs, staleAfterMs, claimId, fenceToken, onLateInsert, earlierFingerprint: request.earlierFingerprint }
+  const claimRequest: ClaimRequest & Pick<IdempotencyRequest, 'earlierFingerprint'> = { scope: request.scope, key: request.key, fingerprint, ttlMs, staleAfterMs, claimId, fenceToken, onLateInsert }
+  if (request.earlierFingerprint !== undefined) claimRequest.earlierFingerprint = request.earlierFingerprint
   const leftUnsure = () => {
     endedWithoutKey = true
     if (unsure) letGoOrphan(fence, options, takeOverUnsure)
