@@ -120,9 +120,15 @@ describe('the relay under a steady stream of events', () => {
       const published = () => new Set(publisher.messages.map((message) => message.id))
       await waitUntil('every event is published', () => committed.every((id) => published().has(id)), 10_000)
       const elapsedMs = performance.now() - started
-      expect(committed.length).toBeGreaterThan(200)
       // One claim per follow-up at most, and the two empty ones after the last batch.
-      expect(claims.mock.calls.length - before).toBeLessThanOrEqual(Math.ceil(elapsedMs / followUpMs) + 3)
+      const bound = Math.ceil(elapsedMs / followUpMs) + 3
+      // The writers' pace depends on the machine (a loaded CI runner committed 112 events, a quiet
+      // one about 700). The bound tells the loops apart only while every claim finds events behind
+      // it: then a relay that claims again at once after a batch that published anything claims as
+      // fast as its cycle goes (seen: 32 and 36 claims against a bound of 10 and 11, ~700 events).
+      // Four events per follow-up on average keep that so.
+      expect(committed.length).toBeGreaterThan(4 * bound)
+      expect(claims.mock.calls.length - before).toBeLessThanOrEqual(bound)
     } finally {
       await relay.stop()
     }
