@@ -27,7 +27,10 @@ async function setUp(handler: Handler, timeoutMs = 5000): Promise<{ server: Test
 }
 
 describe('createProviderClient', () => {
-  it('sends the key and the JSON body, and reuses one connection for charges one after another', async () => {
+  // undici's pool opens a second connection for a call sent as soon as the one before has
+  // answered (the first is not yet back in the pool), then keeps to those two (seen: 20 calls one
+  // after another, 2 connections); a connection per call would be five here.
+  it('sends the key and the JSON body, and reuses its connections for charges one after another', async () => {
     const sockets = new Set<unknown>()
     const { server, client } = await setUp((received, res, n) => {
       sockets.add(res.socket)
@@ -38,7 +41,7 @@ describe('createProviderClient', () => {
     }
     expect(server.requests.map((r) => r.headers['idempotency-key'])).toEqual(['key-0', 'key-1', 'key-2', 'key-3', 'key-4'])
     expect(JSON.parse(server.requests[0]?.body ?? '')).toEqual(request)
-    expect(sockets.size).toBe(1)
+    expect(sockets.size).toBeLessThanOrEqual(2)
   })
 
   it('sends no Idempotency-Key when given none (the none strategy)', async () => {
@@ -93,21 +96,23 @@ describe('createProviderClient', () => {
 })
 
 describe('createReceiptSender', () => {
-  it("sends the receipt's JSON on the charge client's kept-alive connection, one after the other", async () => {
+  it("sends the receipt's JSON on the charge client's kept-alive connections, one after the other", async () => {
     const sockets = new Set<unknown>()
     server = await startServer((received, res) => {
       sockets.add(res.socket)
       if (received.url === '/v1/messages') return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"sent":true}')
       res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id: 'pch_1', created: 1 }))
     })
-    const http = createProviderHttp(server.url)
+    // One connection at most: the receipts share it with the charges only if they share the pool.
+    const http = createProviderHttp(server.url, { maxSockets: 1 })
     client = createProviderClient(http, { timeoutMs: 5000 })
     const sendReceipt = createReceiptSender(http, { timeoutMs: 5000 })
     const charge = { id: 'ch_1', object: 'charge' as const, amount: 1, currency: 'usd', customer: 'cus_1', status: 'succeeded', provider_charge: 'pch_1', created: 1 }
-    await client.createCharge(request, 'k-1')
-    await sendReceipt({ customer: 'cus_1', charge })
-    await client.createCharge(request, 'k-2')
-    expect(server.requests.map((r) => `${r.method} ${r.url}`)).toEqual(['POST /v1/charges', 'POST /v1/messages', 'POST /v1/charges'])
+    for (const key of ['k-1', 'k-2', 'k-3']) {
+      await client.createCharge(request, key)
+      await sendReceipt({ customer: 'cus_1', charge })
+    }
+    expect(server.requests.map((r) => `${r.method} ${r.url}`)).toEqual(Array.from({ length: 3 }, () => ['POST /v1/charges', 'POST /v1/messages']).flat())
     expect(JSON.parse(server.requests[1]?.body ?? '')).toEqual({ customer: 'cus_1', charge })
     expect(server.requests[1]?.headers['idempotency-key']).toBeUndefined()
     expect(sockets.size).toBe(1)
