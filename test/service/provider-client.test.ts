@@ -118,10 +118,19 @@ describe('createReceiptSender', () => {
     expect(sockets.size).toBe(1)
   })
 
-  it.each([
-    ['a 500', (_: unknown, res: import('node:http').ServerResponse) => void res.writeHead(500).end('{}'), /answered 500 to the receipt/],
+  it.each<[string, Handler, RegExp]>([
+    ['a 500', (_, res) => void res.writeHead(500).end('{}'), /answered 500 to the receipt/],
     ['a provider silent past timeoutMs', () => {}, /did not answer within 200 ms/],
-  ] as const)('%s rejects', async (_, handler, message) => {
+    [
+      'an answer cut short',
+      (_, res) => {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' })
+        res.write('{"sent":')
+        setTimeout(() => res.destroy(), 10)
+      },
+      /closed the connection before its answer was complete/,
+    ],
+  ])('%s rejects', async (_, handler, message) => {
     server = await startServer(handler)
     const http = createProviderHttp(server.url)
     client = createProviderClient(http, { timeoutMs: 5000 })
