@@ -156,21 +156,47 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
   return decorateStore(store, cached)
 }
 
-/** The row as the entry describes it, its times aged since the entry was written (by Redis's clock). */
+/**
+ * The row as the entry describes it, its times aged since the entry was written (by Redis's
+ * clock). Written out for each kind, not spread from a common part: two spreads were the cached
+ * replay's function with the most self time of its own (issue 21).
+ */
 function snapshotOf(request: ClaimRequest, entry: CacheEntry): ClaimSnapshot {
-  const common = {
-    scope: request.scope,
-    key: request.key,
+  const { scope, key } = request
+  if (entry.kind === 'settled') {
+    return {
+      scope,
+      key,
+      status: entry.status,
+      fingerprint: entry.fingerprint,
+      claimId: entry.claimId,
+      fenceToken: null,
+      recoveryPoint: null,
+      stepResults: {},
+      startedSteps: [],
+      interrupted: false,
+      outcomeError: null,
+      response: entry.response,
+      ageMs: 0,
+      leaseAgeMs: null,
+      expiresInMs: entry.remainingMs,
+    }
+  }
+  return {
+    scope,
+    key,
+    status: 'in_progress',
     fingerprint: entry.fingerprint,
     claimId: entry.claimId,
+    fenceToken: NO_TOKEN,
     recoveryPoint: null,
     stepResults: {},
     startedSteps: [],
     interrupted: false,
     outcomeError: null,
+    response: null,
     ageMs: 0,
+    leaseAgeMs: entry.leaseAgeMs,
     expiresInMs: entry.remainingMs,
   }
-  if (entry.kind === 'settled') return { ...common, status: entry.status, fenceToken: null, response: entry.response, leaseAgeMs: null }
-  return { ...common, status: 'in_progress', fenceToken: NO_TOKEN, response: null, leaseAgeMs: entry.leaseAgeMs }
 }
