@@ -23,7 +23,10 @@
  * request; `express-charges` its charges route behind the guard (`express-charges-plain`: the
  * same route without it, plain Express's fresh charge of the peers); `lean` the lean durable
  * baseline (bench/baselines/lean-durable.ts), the floor the service's fresh charge is read
- * against. Valgrind slows the process about fifty
+ * against. With `REDIS_URL` in its environment the service counts replays from its Redis cache
+ * (signed with `ONCELY_CACHE_SECRET`, or a fixed secret of the bench's), but not reliably: at
+ * valgrind's pace a read sometimes outlasts the cache's 100 ms timeout and the replay falls
+ * through to PostgreSQL (one build read 0.50–0.72 M on 2026-12-07). Valgrind slows the process about fifty
  * times: a cell takes a minute or two. Needs `valgrind` (Debian's package) on the PATH.
  */
 import { execFileSync, spawn } from 'node:child_process'
@@ -84,7 +87,12 @@ async function count(cli: string, cell: string, index: number): Promise<number> 
     : values.target === 'lean'
     ? ['--import', 'tsx', path.join(baselines, 'lean-durable.ts'), '--port', '0', '--database-url', database.url, '--schema', schema, '--provider-url', provider.url]
     : [cli, 'serve', '--port', '0', '--database-url', database.url, '--schema', schema, '--provider-url', provider.url, '--strategy', values.strategy]
-  const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${directory}/out.%p`, process.execPath, ...program], { stdio: ['ignore', 'pipe', 'pipe'] })
+  // With REDIS_URL the service caches replays, signing entries with ONCELY_CACHE_SECRET, else with
+  // a secret of its own process: an entry an earlier run left under the same schema would then
+  // never verify, nor be replaced (the cache's fill writes with NX), and every replay counted
+  // would be a miss (seen). One secret for every run keeps the cached replay what is counted.
+  const env = { ...process.env, ONCELY_CACHE_SECRET: process.env.ONCELY_CACHE_SECRET ?? 'bench/instructions.ts: one secret for every run' }
+  const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${directory}/out.%p`, process.execPath, ...program], { stdio: ['ignore', 'pipe', 'pipe'], env })
   let output = ''
   const keep = (chunk: string) => (output = (output + chunk).slice(-16_384))
   child.stdout.setEncoding('utf8').on('data', keep)

@@ -85,7 +85,7 @@ export function decodeEntry(secret: Uint8Array, scope: string, key: string, valu
   if (value === null || value === EVICTED) return undefined
   // Verified on the text its writer signed, before it is parsed: the MAC was made over the
   // entry's JSON as written, so neither the entry is copied without `m` nor serialised again to
-  // check it (issue 21: a cached replay counted 1.2–1.5× the instructions of one from PostgreSQL).
+  // check it (issue 21: a decode of the reference service's charge, 14.6–14.9 → 9.5–10.9 µs).
   const at = value.lastIndexOf(MAC_FIELD)
   if (at < 0 || !value.endsWith('"}')) return undefined
   const text = `${value.slice(0, at)}}`
