@@ -90,7 +90,7 @@ async function count(cli: string, cell: string, index: number): Promise<number> 
   // With REDIS_URL the service caches replays, signing entries with ONCELY_CACHE_SECRET, else with
   // a secret of its own process: an entry an earlier run left under the same schema would then
   // never verify, nor be replaced (the cache's fill writes with NX), and every replay counted
-  // would be a miss (seen). One secret for every run keeps the cached replay what is counted.
+  // would be a miss (read in the cache's code, not reproduced). One secret for every run.
   const env = { ...process.env, ONCELY_CACHE_SECRET: process.env.ONCELY_CACHE_SECRET ?? 'bench/instructions.ts: one secret for every run' }
   const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', '--separate-threads=yes', `--callgrind-out-file=${directory}/out.%p`, process.execPath, ...program], { stdio: ['ignore', 'pipe', 'pipe'], env })
   let output = ''
