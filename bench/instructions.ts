@@ -24,9 +24,9 @@
  * same route without it, plain Express's fresh charge of the peers); `lean` the lean durable
  * baseline (bench/baselines/lean-durable.ts), the floor the service's fresh charge is read
  * against. With `REDIS_URL` in its environment the service counts replays from its Redis cache
- * (signed with `ONCELY_CACHE_SECRET`, or a fixed secret of the bench's), but not reliably: at
- * valgrind's pace a read sometimes outlasts the cache's 100 ms timeout and the replay falls
- * through to PostgreSQL (one build read 0.50–0.72 M on 2026-12-07). Valgrind slows the process about fifty
+ * (signed with `ONCELY_CACHE_SECRET`, or a fixed secret of the bench's), but not reliably: one
+ * build read 0.50–0.72 M on 2026-12-07, most likely because at valgrind's pace a read sometimes
+ * outlasts the cache's 100 ms timeout and the replay falls through to PostgreSQL (not counted). Valgrind slows the process about fifty
  * times: a cell takes a minute or two. Needs `valgrind` (Debian's package) on the PATH.
  */
 import { execFileSync, spawn } from 'node:child_process'
