@@ -79,6 +79,12 @@ function countClaims(relay: Relay): () => number {
   return () => claims
 }
 
+/** p50 and p99 of commit to consumer (ms) over `commits` (event id → when it committed). */
+function commitToConsumer(commits: ReadonlyMap<string, number>): { p50: number; p99: number } {
+  const delays = [...commits].map(([id, at]) => (received.get(id) ?? Number.NaN) - at).filter(Number.isFinite)
+  return { p50: percentile(delays, 50), p99: percentile(delays, 99) }
+}
+
 async function write(count: number, notify: boolean, commits?: Map<string, number>): Promise<void> {
   const outbox = createOutbox({ notify })
   let next = 0
@@ -119,8 +125,7 @@ try {
     await write(EVENTS, listen, commits)
     await allReceived(EVENTS)
     await relay.stop()
-    const delays = [...commits].map(([id, at]) => (received.get(id) ?? Number.NaN) - at).filter(Number.isFinite)
-    return { p50: percentile(delays, 50), p99: percentile(delays, 99), claimsPerEvent: claims() / EVENTS }
+    return { ...commitToConsumer(commits), claimsPerEvent: claims() / EVENTS }
   }
   const listening = await latency(true)
   const polling = await latency(false)
@@ -154,8 +159,7 @@ try {
     await allReceived(commits.size)
     const used = process.cpuUsage(cpu)
     await relay.stop()
-    const delays = [...commits].map(([id, at]) => (received.get(id) ?? Number.NaN) - at).filter(Number.isFinite)
-    return { claimsPerEvent: claims() / commits.size, p50: percentile(delays, 50), p99: percentile(delays, 99), cpuMsPerEvent: (used.user + used.system) / 1000 / commits.size }
+    return { claimsPerEvent: claims() / commits.size, ...commitToConsumer(commits), cpuMsPerEvent: (used.user + used.system) / 1000 / commits.size }
   }
   lines.push('', `a steady stream, ${STEADY_RATE} events/s for ${SECONDS} s (${WRITERS} writers, 50 ordering keys)   claims/event   p50 ms   p99 ms   CPU ms/event (writers and relay)`)
   for (const to of [publisher, inProcess]) {
