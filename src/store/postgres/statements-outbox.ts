@@ -102,6 +102,12 @@ export function buildOutboxStatements(schema: string, namePrefix: string | undef
     name: namePrefix === undefined ? undefined : `${namePrefix}_${name}`,
     text,
   })
+  // Unnamed, so planned at every run for the outbox as it is then. A prepared statement keeps the
+  // plan made after its fifth run: for the followers and the marks, made while the outbox was
+  // small, that was a sequential scan (a hash join for the followers) which then read every event
+  // kept, sent ones included, at every batch (issue 21; test/outbox/relay-plans.test.ts). Planning
+  // costs about 0.1–0.4 ms a batch; the heads' plan, an ordered scan of the pending index, holds.
+  const plannedEachRun = (text: string): Statement => ({ name: undefined, text })
   // The ordering key's lock is held until the writing transaction ends, and the row's seq is
   // taken after it: two transactions writing events of one key take their seqs in the order
   // they commit. An event with no key locks on its own id (never contended).
@@ -145,8 +151,7 @@ export function buildOutboxStatements(schema: string, namePrefix: string | undef
     // Followers: behind each head this batch holds, the contiguous run of due, unleased pending
     // events of the key, at most $5 per key. Nobody else can take them: their head is unsent.
     // $1 head keys, $2 head seqs, $3 lease token, $4 lease ms, $5 per-key limit.
-    claimFollowers: named(
-      'claim_followers',
+    claimFollowers: plannedEachRun(
       `WITH candidates AS (
          SELECT f.id, f.ordering_key, f.seq,
                 bool_and(f.status = 'pending' AND f.available_at <= now() AND (f.leased_until IS NULL OR f.leased_until <= now()))
@@ -165,8 +170,7 @@ export function buildOutboxStatements(schema: string, namePrefix: string | undef
     ),
     // Fenced by the batch's lease token: a batch whose lease another relay took marks nothing.
     // $1 ids, $2 lease token.
-    markSent: named(
-      'mark_sent',
+    markSent: plannedEachRun(
       `UPDATE ${outbox}
           SET status = 'sent', sent_at = now(), lease_token = NULL, leased_until = NULL, last_error = NULL
         WHERE id = ANY($1::uuid[]) AND lease_token = $2::uuid`,
@@ -183,8 +187,7 @@ export function buildOutboxStatements(schema: string, namePrefix: string | undef
     ),
     // Claimed but not attempted (an earlier event of the key failed): the attempt is given back.
     // $1 ids, $2 lease token.
-    releaseLeases: named(
-      'release_leases',
+    releaseLeases: plannedEachRun(
       `UPDATE ${outbox}
           SET lease_token = NULL, leased_until = NULL, attempts = greatest(attempts - 1, 0)
         WHERE id = ANY($1::uuid[]) AND lease_token = $2::uuid`,
