@@ -12,6 +12,11 @@
  * 2b. A steady stream (500 events/s), published to the broker and taken in process (as the
  *    reference service's log publisher does): the relay's claims per event, commit to consumer,
  *    and the CPU per event of this process, where the writers and the relay run.
+ * 2c. The relay's database CPU as the outbox grows: the steady stream again, taken in process,
+ *    for `--growth-rounds` rounds (default 4) of `--growth-seconds` each (default 15), the relay on
+ *    a pool of its own; per round, the CPU its PostgreSQL backends used per event and the rows
+ *    the outbox held (issue 21: a plan kept from when the outbox was small read every kept event
+ *    at every batch, so this grew round after round).
  * 3. The cost of NOTIFY on commits: completion-shaped transactions per second, with and without
  *    it (a NOTIFY takes a database-wide lock at commit).
  *
@@ -25,9 +30,10 @@ import pg from 'pg'
 import { createJetStreamPublisher, createOutbox, createRelay, type Publisher, type Relay } from '../src/outbox/index.js'
 import { migrate, withTransaction } from '../src/store/postgres/index.js'
 import { openBenchDatabase } from './database.js'
+import { processCpuMs } from './processes.js'
 import { percentile } from './stats.js'
 
-const { values } = parseArgs({ options: { events: { type: 'string', default: '2000' }, writers: { type: 'string', default: '8' }, 'events-url': { type: 'string' }, seconds: { type: 'string', default: '3' } } })
+const { values } = parseArgs({ options: { events: { type: 'string', default: '2000' }, writers: { type: 'string', default: '8' }, 'events-url': { type: 'string' }, seconds: { type: 'string', default: '3' }, 'growth-rounds': { type: 'string', default: '4' }, 'growth-seconds': { type: 'string', default: '15' } } })
 const EVENTS = Number(values.events)
 const WRITERS = Number(values.writers)
 const SECONDS = Number(values.seconds)
@@ -63,6 +69,65 @@ const inProcess: Publisher = {
     if (waiting && received.size >= waiting.count) waiting.resolve()
   },
   async close() {},
+}
+
+/**
+ * A steady stream for `rounds` rounds of `seconds` each, taken in process by a relay on a pool of
+ * its own (its batches, and its LISTEN connection), in a schema of its own that starts empty: per
+ * round, what the relay's PostgreSQL backends used per event published (from /proc), and the
+ * outbox's rows at the round's end.
+ */
+async function relayAsOutboxGrows(rounds: number, seconds: number): Promise<Array<{ round: number; events: number; microsPerEvent: number; rows: number }>> {
+  const schema = 'oncely_bench_growth'
+  const applicationName = 'oncely-bench-growth-relay'
+  await migrate({ pool, schema })
+  const relayPool = new pg.Pool({ connectionString: database.url, max: 2, application_name: applicationName })
+  let published = 0
+  const counting: Publisher = {
+    name: 'counting',
+    async publish() {
+      published++
+    },
+    async close() {},
+  }
+  const relay = createRelay({ pool: relayPool, schema, publisher: counting, log: () => undefined })
+  const outbox = createOutbox({ schema })
+  const relayCpuMs = async () => {
+    const { rows } = await pool.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [applicationName])
+    const each = await Promise.all(rows.map(({ pid }) => processCpuMs(pid).catch(() => 0)))
+    return each.reduce((sum, ms) => sum + ms, 0)
+  }
+  const results: Array<{ round: number; events: number; microsPerEvent: number; rows: number }> = []
+  await relay.start()
+  try {
+    let written = 0
+    for (let round = 1; round <= rounds; round++) {
+      // The backends of the round's start: one the pool opens during the round adds from zero.
+      const cpuBefore = await relayCpuMs()
+      const publishedBefore = published
+      const started = performance.now()
+      let next = 0
+      const total = STEADY_RATE * seconds
+      await Promise.all(
+        Array.from({ length: WRITERS }, async () => {
+          for (let n = next++; n < total; n = next++) {
+            const wait = started + (n * 1000) / STEADY_RATE - performance.now()
+            if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
+            await withTransaction(pool, (tx) => outbox.enqueue(tx, { type: 'event.bench', key: `k${(written + n) % 50}`, payload: { n } }))
+          }
+        }),
+      )
+      written += total
+      while (published < written) await new Promise((resolve) => setTimeout(resolve, 10))
+      const events = published - publishedBefore
+      const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${schema}.outbox`)
+      results.push({ round, events, microsPerEvent: (((await relayCpuMs()) - cpuBefore) * 1000) / events, rows: rows[0]?.n ?? 0 })
+    }
+  } finally {
+    await relay.stop()
+    await relayPool.end()
+  }
+  return results
 }
 
 /**
@@ -165,6 +230,14 @@ try {
   for (const to of [publisher, inProcess]) {
     const stream = await steady(to)
     lines.push(`published to ${to.name.padEnd(12)} ${stream.claimsPerEvent.toFixed(3).padStart(51)} ${stream.p50.toFixed(1).padStart(8)} ${stream.p99.toFixed(1).padStart(8)} ${stream.cpuMsPerEvent.toFixed(3).padStart(14)}`)
+  }
+
+  // 2c. The relay's database CPU as the outbox grows.
+  const growthRounds = Number(values['growth-rounds'])
+  const growthSeconds = Number(values['growth-seconds'])
+  lines.push('', `the relay's PostgreSQL CPU as the outbox grows, ${STEADY_RATE} events/s taken in process, ${growthRounds} rounds of ${growthSeconds} s   events   µs/event   outbox rows`)
+  for (const round of await relayAsOutboxGrows(growthRounds, growthSeconds)) {
+    lines.push(`round ${String(round.round).padEnd(96)} ${String(round.events).padStart(6)} ${round.microsPerEvent.toFixed(0).padStart(10)} ${String(round.rows).padStart(13)}`)
   }
 
   // 3. NOTIFY's cost on commits.

@@ -22,8 +22,10 @@ export interface RelayOptions {
   /** Wake up on the outbox's `NOTIFY` through a dedicated connection; turn off behind PgBouncer in transaction mode. (Default: true) */
   listen?: boolean
   /**
-   * Prepare the relay's statements once per connection; turn off behind PgBouncer in transaction
-   * mode before 1.21, where a named statement collides on the shared server connection. (Default: true)
+   * Prepare the relay's claim of heads once per connection; turn off behind PgBouncer in
+   * transaction mode before 1.21, where a named statement collides on the shared server
+   * connection. The followers' claim and the marks are never prepared: planned at every run, for
+   * the outbox as it has grown since. (Default: true)
    */
   preparedStatements?: boolean
   /**
