@@ -216,7 +216,11 @@ describe('a worker that gave its claim up writes nothing more', () => {
   it('keeps the first reason it gave up for: past its deadline, then the database away, later calls still say the deadline', async () => {
     const store = createPostgresStore({ pool: db.pool, schema: db.schema })
     const away = () => Promise.reject(transient())
-    const engine = createEngine<Queryable>({ staleAfterMs: 1000, leaseRenewMs: 100, handlerDeadlineMs: 300, store: { ...store, renewLease: away, complete: away } })
+    // A lease of 2 s: the retries give up once their next try would start past its end, and a
+    // backoff is at most 1 s, so they cannot give up before 1 s, well after the 300 ms deadline.
+    // With a lease of 1 s a drawn backoff of 750 ms could end them at 250 ms, before the deadline
+    // (seen once in CI: the later call then said the database).
+    const engine = createEngine<Queryable>({ staleAfterMs: 2000, leaseRenewMs: 100, handlerDeadlineMs: 300, store: { ...store, renewLease: away, complete: away } })
     const execution = owned(await engine.begin(input('deadline-then-away')))
     // The completion retries while the database is away; the deadline passes meanwhile, and the
     // retries give up at the end of the lease.
