@@ -72,6 +72,24 @@ const inProcess: Publisher = {
 }
 
 /**
+ * `write(n)` for n from 0 to `total` - 1, STEADY_RATE a second in all, by WRITERS writers: each
+ * takes the next n and waits for its time to come, as a service's completions arrive under load.
+ */
+async function steadyWrites(total: number, write: (n: number) => Promise<void>): Promise<void> {
+  const started = performance.now()
+  let next = 0
+  await Promise.all(
+    Array.from({ length: WRITERS }, async () => {
+      for (let n = next++; n < total; n = next++) {
+        const wait = started + (n * 1000) / STEADY_RATE - performance.now()
+        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
+        await write(n)
+      }
+    }),
+  )
+}
+
+/**
  * A steady stream for `rounds` rounds of `seconds` each, taken in process by a relay on a pool of
  * its own (its batches, and its LISTEN connection), in a schema of its own that starts empty: per
  * round, what the relay's PostgreSQL backends used per event published (from /proc), and the
@@ -105,18 +123,10 @@ async function relayAsOutboxGrows(rounds: number, seconds: number): Promise<Arra
       // The backends of the round's start: one the pool opens during the round adds from zero.
       const cpuBefore = await relayCpuMs()
       const publishedBefore = published
-      const started = performance.now()
-      let next = 0
       const total = STEADY_RATE * seconds
-      await Promise.all(
-        Array.from({ length: WRITERS }, async () => {
-          for (let n = next++; n < total; n = next++) {
-            const wait = started + (n * 1000) / STEADY_RATE - performance.now()
-            if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
-            await withTransaction(pool, (tx) => outbox.enqueue(tx, { type: 'event.bench', key: `k${(written + n) % 50}`, payload: { n } }))
-          }
-        }),
-      )
+      await steadyWrites(total, async (n) => {
+        await withTransaction(pool, (tx) => outbox.enqueue(tx, { type: 'event.bench', key: `k${(written + n) % 50}`, payload: { n } }))
+      })
       written += total
       while (published < written) await new Promise((resolve) => setTimeout(resolve, 10))
       const events = published - publishedBefore
@@ -208,19 +218,11 @@ try {
     await relay.start()
     const outbox = createOutbox()
     const commits = new Map<string, number>()
-    const started = performance.now()
     const cpu = process.cpuUsage()
-    let next = 0
-    await Promise.all(
-      Array.from({ length: WRITERS }, async () => {
-        for (let n = next++; n < STEADY_RATE * SECONDS; n = next++) {
-          const wait = started + (n * 1000) / STEADY_RATE - performance.now()
-          if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
-          const { id } = await withTransaction(pool, (tx) => outbox.enqueue(tx, { type: 'event.bench', key: `k${n % 50}`, payload: { n } }))
-          commits.set(id, performance.now())
-        }
-      }),
-    )
+    await steadyWrites(STEADY_RATE * SECONDS, async (n) => {
+      const { id } = await withTransaction(pool, (tx) => outbox.enqueue(tx, { type: 'event.bench', key: `k${n % 50}`, payload: { n } }))
+      commits.set(id, performance.now())
+    })
     await allReceived(commits.size)
     const used = process.cpuUsage(cpu)
     await relay.stop()
