@@ -14,8 +14,8 @@
  * (default 1) keeps N in flight instead, so the work that batches under load (the store's claims
  * and completions, the relay's publishes) is counted as it is shared, not once per request.
  * `--against DIR` runs another checkout's build the same way (`git worktree add DIR REV`,
- * `npm run build` there) and prints the ratio: the before and after of a change. A fresh cell sends a new key with every
- * request, a replay one key completed before the count. `--strategy` runs the service with another
+ * `npm run build` there) and prints the ratio: the before and after of a change. A fresh cell
+ * sends a new key with every request, a replay one key completed before the count. `--strategy` runs the service with another
  * `IDEMPOTENCY_STRATEGY` (`none`: the same business work with no key at all, the share of a
  * fresh charge that is oncely's). `--target express-minimal` counts the peers' Express app
  * (bench/baselines/express-app.ts, of each checkout) on `POST /v1/minimal` instead, with
@@ -27,7 +27,8 @@
  * (signed with `ONCELY_CACHE_SECRET`, or a fixed secret of the bench's), but not reliably: one
  * build read 0.50–0.72 M on 2026-12-07, most likely because at valgrind's pace a read sometimes
  * outlasts the cache's 100 ms timeout and the replay falls through to PostgreSQL (not counted).
- * Valgrind slows the process about fifty times: a cell takes a minute or two. Needs `valgrind` (Debian's package) on the PATH.
+ * Valgrind slows the process about fifty times: a cell takes a minute or two. Needs `valgrind`
+ * (Debian's package) on the PATH.
  */
 import { execFileSync, spawn } from 'node:child_process'
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'

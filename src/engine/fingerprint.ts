@@ -77,8 +77,8 @@ export function currentFingerprint(input: FingerprintInput): string {
  * the two objects built to be sorted, their sorting and a `canonicalize` call per part were about
  * half of this function's time (measured alone, issue 21; test/engine/fingerprint-envelope.test.ts
  * compares the two ways on generated requests). Keys in canonicalize's order, which is UTF-16
- * order: body, method, params, query, route, v; kind, value. A body the envelope cannot hold as JSON (a function, a symbol) goes the
- * long way, as it always did.
+ * order: body, method, params, query, route, v; kind, value. A body the envelope cannot hold as
+ * JSON (a function, a symbol) goes the long way, as it always did.
  */
 function currentCanonical(input: FingerprintInput): string {
   const { body } = input

@@ -151,16 +151,15 @@ export function buildOutboxStatements(schema: string, namePrefix: string | undef
     // Followers: behind each head this batch holds, the contiguous run of due, unleased pending
     // events of the key, at most $5 per key. Nobody else can take them: their head is unsent.
     // $1 head keys, $2 head seqs, $3 lease token, $4 lease ms, $5 per-key limit. Each key's first
-    // $5 unsent events are read in seq order, under a LIMIT, and the rows to lease found by id: a
-    // join of the heads to every unsent event of their keys was planned, on an outbox not yet
-    // analysed (`status <> 'sent'` then taken to hold for nearly every row), as a sequential scan
-    // of the whole table once a batch held many keys (issue 21).
+    // $5 unsent events are read in seq order, under a LIMIT (no row number needed to keep to it),
+    // and the rows to lease found by id: a join of the heads to every unsent event of their keys
+    // was planned, on an outbox not yet analysed (`status <> 'sent'` then taken to hold for nearly
+    // every row), as a sequential scan of the whole table once a batch held many keys (issue 21).
     claimFollowers: plannedEachRun(
       `WITH candidates AS (
          SELECT f.id, f.ordering_key, f.seq,
                 bool_and(f.status = 'pending' AND f.available_at <= now() AND (f.leased_until IS NULL OR f.leased_until <= now()))
-                  OVER (PARTITION BY f.ordering_key ORDER BY f.seq) AS runs_on,
-                row_number() OVER (PARTITION BY f.ordering_key ORDER BY f.seq) AS n
+                  OVER (PARTITION BY f.ordering_key ORDER BY f.seq) AS runs_on
            FROM unnest($1::text[], $2::bigint[]) AS h(ordering_key, seq)
            CROSS JOIN LATERAL (
              SELECT u.id, u.ordering_key, u.seq, u.status, u.available_at, u.leased_until
@@ -172,7 +171,7 @@ export function buildOutboxStatements(schema: string, namePrefix: string | undef
        )
        UPDATE ${outbox} o
           SET lease_token = $3::uuid, leased_until = now() + ${ms('$4')}, attempts = o.attempts + 1
-        WHERE o.id = ANY(ARRAY(SELECT c.id FROM candidates c WHERE c.runs_on AND c.n <= $5))
+        WHERE o.id = ANY(ARRAY(SELECT c.id FROM candidates c WHERE c.runs_on))
        RETURNING ${EVENT_COLUMNS.split(', ').map((column) => `o.${column}`).join(', ')}`,
     ),
     // Fenced by the batch's lease token: a batch whose lease another relay took marks nothing.
