@@ -150,9 +150,9 @@ export function createMetrics(options: MetricsOptions = {}): OncelyMetrics {
   return Object.freeze({
     registry,
     onOutcome(event: RequestOutcomeEvent) {
-      requests.labels(event.outcome).inc()
-      if (event.route !== undefined) byRoute.labels(event.route, event.outcome).inc()
-      duration.labels(event.outcome).observe(event.durationMs / 1000)
+      requests.inc({ outcome: event.outcome })
+      if (event.route !== undefined) byRoute.inc({ route: event.route, outcome: event.outcome })
+      duration.observe({ outcome: event.outcome }, event.durationMs / 1000)
       if (event.outcome === 'created') advice.observe(event.durationMs)
       if (event.scope !== undefined && event.key !== undefined && event.fingerprint !== undefined) {
         observePayload({ scope: event.scope, key: event.key, fingerprint: event.fingerprint, ...(event.route === undefined ? {} : { route: event.route }) })
