@@ -1,5 +1,6 @@
 import { hash as digest } from 'node:crypto'
 import canonicalize from 'canonicalize'
+import { canonicalJson } from './canonical-json.js'
 
 /** The parts of a request that decide whether a repeat is "the same request". */
 export interface FingerprintInput {
@@ -135,7 +136,8 @@ function hash(value: unknown): string {
 }
 
 function canonical(value: unknown): string {
-  const text = canonicalize(value)
+  // The values of a parsed JSON body in one pass of our own; anything else as canonicalize writes it.
+  const text = canonicalJson(value) ?? canonicalize(value)
   if (text === undefined) throw new TypeError('request fingerprint input cannot be rendered as JSON')
   return text
 }
