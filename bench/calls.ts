@@ -7,13 +7,14 @@
  *   sent again and again under new keys (what the peers' bench sends), and with a distinct
  *   payload every time and the detector full (10 000 entries, its default bound).
  * - `currentFingerprint`, what the adapters hash a request with: the peers' 55-byte charge body
- *   and a 1.7 KB order (twenty metadata fields, ten line items).
+ *   and a 1.7 KB order (bench/baselines/order.json: twenty metadata fields, ten line items).
  *
  * Each shape runs on objects of its own, warmed with 20 000 calls, then `--rounds` rounds of
  * `--calls` calls each, interleaved. `--against DIR` runs the same on the build in `DIR` (`git
  * worktree add DIR REV`, `npm run build` there) and prints each shape's ratio to it: a change's
  * before and after in one run.
  */
+import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
 import { pathToFileURL } from 'node:url'
@@ -45,14 +46,8 @@ type Shape = (typeof SHAPES)[number]
 
 const outcome = (n: number, fingerprint: string): RequestOutcomeEvent => ({ outcome: 'created', durationMs: 12, status: 201, route: 'POST /v1/charges', scope: '7', key: `key-${n}`, fingerprint })
 const chargeBody = { amount: 1000, currency: 'usd', customer: 'cus_bench' }
-const orderBody = {
-  amount: 1000,
-  currency: 'usd',
-  customer: 'cus_123456789',
-  description: 'Order #12345 for a customer, with a description as long as they come '.repeat(3),
-  metadata: Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`field_${i}`, `value number ${i} with some text`])),
-  items: Array.from({ length: 10 }, (_, i) => ({ sku: `sku_${i}`, quantity: i + 1, price: 1999.5, name: `Item ${i}` })),
-}
+/** The 1.7 KB order (bench/baselines/order.json), also what `bench/instructions.ts --body-file` can send. */
+const orderBody = JSON.parse(await readFile(new URL('./baselines/order.json', import.meta.url), 'utf8')) as unknown
 
 /** One call of `shape` on `build`, given the call's number. */
 function caller(build: Build, shape: Shape): (n: number) => unknown {

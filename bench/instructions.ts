@@ -1,5 +1,5 @@
 /**
- * `node --import tsx bench/instructions.ts [--cell fresh,replay] [--strategy S] [--requests N] [--warm N] [--against DIR]`:
+ * `node --import tsx bench/instructions.ts [--cell fresh,replay] [--strategy S] [--requests N] [--warm N] [--against DIR] [--body-file FILE]`:
  * the reference service's instructions per request on its main thread, counted by valgrind's
  * callgrind (issue 21). CPU time on a shared 2-core machine moves by ±10 % from run to run; an
  * instruction count of the same build, inputs and load moves by well under 1 %, whatever else the
@@ -23,7 +23,9 @@
  * request; `express-charges` its charges route behind the guard (`express-charges-plain`: the
  * same route without it, plain Express's fresh charge of the peers); `lean` the lean durable
  * baseline (bench/baselines/lean-durable.ts), the floor the service's fresh charge is read
- * against. With `REDIS_URL` in its environment the service counts replays from its Redis cache
+ * against. `--body-file FILE` sends the JSON in FILE instead of the 55-byte charge, on the
+ * `express-minimal` targets only (the charge routes refuse any other body): what a larger body
+ * costs the guard (its fingerprint). With `REDIS_URL` in its environment the service counts replays from its Redis cache
  * (signed with `ONCELY_CACHE_SECRET`, or a fixed secret of the bench's), but not reliably: one
  * build read 0.50–0.72 M on 2026-12-07, most likely because at valgrind's pace a read sometimes
  * outlasts the cache's 100 ms timeout and the replay falls through to PostgreSQL (not counted).
@@ -40,11 +42,14 @@ import { waitForReadyLine, type ChildExit } from '../src/cli/ready-line.js'
 import { openBenchDatabase } from './database.js'
 import { builtCli, startCli } from './processes.js'
 
-const { values } = parseArgs({ options: { cell: { type: 'string', default: 'fresh,replay' }, requests: { type: 'string', default: '1000' }, concurrency: { type: 'string', default: '1' }, warm: { type: 'string', default: '1500' }, against: { type: 'string' }, strategy: { type: 'string', default: 'atomic-phases' }, target: { type: 'string', default: 'service' } } })
+const { values } = parseArgs({ options: { cell: { type: 'string', default: 'fresh,replay' }, requests: { type: 'string', default: '1000' }, concurrency: { type: 'string', default: '1' }, warm: { type: 'string', default: '1500' }, against: { type: 'string' }, strategy: { type: 'string', default: 'atomic-phases' }, target: { type: 'string', default: 'service' }, 'body-file': { type: 'string' } } })
 const cells = values.cell.split(',')
 for (const cell of cells) if (cell !== 'fresh' && cell !== 'replay') throw new Error(`--cell takes fresh and replay, not ${cell}`)
 const TARGETS = ['service', 'express-minimal', 'express-minimal-plain', 'express-charges', 'express-charges-plain', 'lean']
 if (!TARGETS.includes(values.target)) throw new Error(`--target is one of ${TARGETS.join(', ')}, not ${values.target}`)
+// The service refuses any body but a charge's; the Express app's minimal route takes any JSON.
+const body = values['body-file'] === undefined ? '{"amount":1000,"currency":"usd","customer":"cus_bench"}' : await readFile(values['body-file'], 'utf8')
+if (values['body-file'] !== undefined && !values.target.startsWith('express-minimal')) throw new Error('--body-file is for --target express-minimal and express-minimal-plain: the others take only a charge')
 const requests = positive('--requests', values.requests)
 const warm = positive('--warm', values.warm)
 const concurrency = positive('--concurrency', values.concurrency)
@@ -102,7 +107,6 @@ async function count(cli: string, cell: string, index: number): Promise<number> 
   try {
     // Valgrind starts a Node process slowly: minutes, not seconds, on a loaded machine.
     const url = `${await waitForReadyLine(child, { output: () => output, exited, timeoutMs: 300_000, describe: () => `the service of ${cli} under callgrind\n${output}` })}/v1/${values.target.startsWith('express-minimal') ? 'minimal' : 'charges'}`
-    const body = '{"amount":1000,"currency":"usd","customer":"cus_bench"}'
     let sent = 0
     const send = async (key: string) => {
       const answer = await fetch(url, { method: 'POST', body, headers: { authorization: 'Bearer demo_7', 'content-type': 'application/json', 'idempotency-key': key } })
