@@ -48,8 +48,8 @@ for (const cell of cells) if (cell !== 'fresh' && cell !== 'replay') throw new E
 const TARGETS = ['service', 'express-minimal', 'express-minimal-plain', 'express-charges', 'express-charges-plain', 'lean']
 if (!TARGETS.includes(values.target)) throw new Error(`--target is one of ${TARGETS.join(', ')}, not ${values.target}`)
 // The service refuses any body but a charge's; the Express app's minimal route takes any JSON.
-const body = values['body-file'] === undefined ? '{"amount":1000,"currency":"usd","customer":"cus_bench"}' : await readFile(values['body-file'], 'utf8')
 if (values['body-file'] !== undefined && !values.target.startsWith('express-minimal')) throw new Error('--body-file is for --target express-minimal and express-minimal-plain: the others take only a charge')
+const body = values['body-file'] === undefined ? '{"amount":1000,"currency":"usd","customer":"cus_bench"}' : await readFile(values['body-file'], 'utf8')
 const requests = positive('--requests', values.requests)
 const warm = positive('--warm', values.warm)
 const concurrency = positive('--concurrency', values.concurrency)

@@ -1,8 +1,8 @@
 /**
  * RFC 8785 canonical JSON of the values a parsed JSON body holds, written in one pass: what
- * `canonicalize` writes for them, byte for byte, at about half its CPU (issue 21: 20.7 against
- * ~10 µs for a 1.7 KB body, measured alone; the peers' bench never shows it, its bodies are 55
- * bytes). Anything else answers `undefined`, and the caller hands the whole value to
+ * `canonicalize` writes for them, byte for byte, at about half its CPU (issue 21: 10.7 against
+ * 20.7–22.7 µs for a 1.7 KB body, measured alone; the peers' bench never shows it, its bodies are
+ * 55 bytes). Anything else answers `undefined`, and the caller hands the whole value to
  * `canonicalize`, which stays the rule: a string with any surrogate (a lone one it refuses), a
  * number that is not finite, a function, symbol or bigint where a value belongs, an object with
  * `toJSON`, an array with holes, and nesting deeper than `MAX_DEPTH` (a cycle, which it reports).
