@@ -17,7 +17,7 @@
 import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
-import { pathToFileURL } from 'node:url'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import type { currentFingerprint as CurrentFingerprint } from '../src/index.js'
 import type { createMetrics as CreateMetrics, RequestOutcomeEvent } from '../src/ops/metrics.js'
 import { median, range } from './stats.js'
@@ -38,7 +38,8 @@ async function load(name: string, dir: string): Promise<Build> {
   const [{ createMetrics }, { currentFingerprint }] = (await Promise.all([built('ops/metrics.js'), built('index.js')])) as [{ createMetrics: typeof CreateMetrics }, { currentFingerprint: typeof CurrentFingerprint }]
   return { name, createMetrics, currentFingerprint }
 }
-const builds = [await load('this checkout', '.')]
+// This checkout's build, wherever the script is run from.
+const builds = [await load('this checkout', fileURLToPath(new URL('..', import.meta.url)))]
 if (values.against !== undefined) builds.push(await load(`--against ${values.against}`, values.against))
 
 const SHAPES = ['onOutcome, detector off', 'onOutcome, one payload repeated', 'onOutcome, distinct payloads, detector full', 'currentFingerprint, 55-byte body', 'currentFingerprint, 1.7 KB body'] as const
