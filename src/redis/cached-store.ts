@@ -13,8 +13,13 @@ interface HeldClaim {
   expiresBy: number
 }
 
-/** Claims held at once before the map is pruned of those past their key's expiry. */
-const PRUNE_AT = 10_000
+/**
+ * Claims this process remembers holding, at most: past it the oldest is forgotten, and its
+ * completion, if it ever comes, evicts the key instead of caching its outcome (the next read
+ * caches the committed state). A claim leaves the map at its completion, release or suspension;
+ * one whose release or suspension failed (the database away) stays until it is pushed out here.
+ */
+export const MAX_HELD_CLAIMS = 10_000
 /** The token of a claim answered from the cache: no claim holds it, so no compare-and-swap can match it. */
 const NO_TOKEN = '00000000-0000-0000-0000-000000000000'
 
@@ -50,12 +55,21 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
   // Completions inside a transaction this store opened: announced once it has committed.
   const pending = new WeakMap<object, Array<{ fence: Fence; outcome: FinalOutcome }>>()
 
+  // The oldest claims, read with one iterator kept from one removal to the next. Tokens are new
+  // each time, so the map is in the order claims were taken, and a live iterator's next entry is
+  // always the oldest still held. Pruning by walking the whole map for expired claims, as before,
+  // cost every new claim 80 µs once 10 000 unexpired ones had gathered (issue 21).
+  let oldest = held.keys()
   const hold = (state: ClaimState, fingerprint: string, expiresBy: number) => {
-    if (held.size >= PRUNE_AT) {
-      const now = performance.now()
-      for (const [token, claim] of held) if (claim.expiresBy <= now) held.delete(token)
-    }
     held.set(state.fenceToken, { claimId: state.claimId, fingerprint, expiresBy })
+    if (held.size > MAX_HELD_CLAIMS) {
+      let next = oldest.next()
+      if (next.done === true) {
+        oldest = held.keys()
+        next = oldest.next()
+      }
+      if (next.done !== true) held.delete(next.value)
+    }
     // Sent on the client's one connection before any later write for this claim, so an eviction
     // or the outcome always lands after it.
     void cache.rememberInFlight({ scope: state.scope, key: state.key, fingerprint, claimId: state.claimId, leaseAgeMs: 0 }, 0)

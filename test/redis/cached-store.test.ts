@@ -1,6 +1,8 @@
+import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest, type Engine, type StoredResponse } from '../../src/index.js'
 import { createRedisCache, withRedisCache, type RedisCache } from '../../src/redis/index.js'
+import { MAX_HELD_CLAIMS } from '../../src/redis/cached-store.js'
 import { encodeEntry } from '../../src/redis/entry.js'
 import { createPostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { countingPool } from '../helpers/counting-pool.js'
@@ -118,6 +120,37 @@ describe.skipIf(!availability.run)('withRedisCache', () => {
       expect(next.execution.how).toBe('take-over')
       await next.execution.complete(response)
     }
+  })
+
+  it('remembers at most MAX_HELD_CLAIMS claims: past it the oldest is forgotten, and its completion evicts instead of caching', async () => {
+    // Claims whose release or suspension failed are never let go; before issue 21 they were only
+    // pruned past their key's expiry, by a walk of the whole map at every new claim once 10 000
+    // had gathered. Now the oldest goes first, one for each new claim past the bound.
+    const store = withRedisCache(createPostgresStore({ pool: db.pool, schema: db.schema }), cache)
+    const claim = (key: string) => store.claim({ scope: 'u1', key, fingerprint: print, ttlMs: 60_000, claimId: randomUUID(), fenceToken: randomUUID() })
+    const held: Array<{ key: string; fenceToken: string }> = []
+    for (let start = 0; start <= MAX_HELD_CLAIMS; start += 500) {
+      const keys = Array.from({ length: Math.min(500, MAX_HELD_CLAIMS + 1 - start) }, newKey)
+      const attempts = await Promise.all(keys.map(claim))
+      for (const attempt of attempts) {
+        if (attempt.kind !== 'inserted') throw new Error(attempt.kind)
+        held.push({ key: attempt.claim.key, fenceToken: attempt.claim.fenceToken })
+      }
+    }
+    expect(held).toHaveLength(MAX_HELD_CLAIMS + 1)
+    const [first, second] = held as [(typeof held)[0], (typeof held)[0]]
+    const outcome = { status: 'completed' as const, response }
+    // The oldest, pushed out by the last claim: completed in PostgreSQL, its key evicted from
+    // Redis, so its replay is read from PostgreSQL.
+    expect(await store.complete({ scope: 'u1', ...first }, outcome)).toBe(true)
+    counter.reset()
+    expect((await begin(engine, first.key)).kind).toBe('replay')
+    expect(counter.statements).not.toEqual([])
+    // The next oldest, still held: its outcome is cached, and replayed from Redis alone.
+    expect(await store.complete({ scope: 'u1', ...second }, outcome)).toBe(true)
+    counter.reset()
+    expect((await begin(engine, second.key)).kind).toBe('replay')
+    expect(counter.statements).toEqual([])
   })
 
   it('a completion in one flight (statements) replaces the in-flight entry: a replay from Redis, never a 409', async () => {
