@@ -1,3 +1,5 @@
+import { oldestFirst } from '../oldest-first.js'
+
 /**
  * Detects the same user sending the same payload under a new `Idempotency-Key` within a window:
  * the sign of a client minting a key per attempt, which makes the whole mechanism do nothing.
@@ -26,14 +28,8 @@ export function createRepeatedPayloadDetector(options: Required<RepeatedPayloadO
   // A Map iterates in insertion order: deleting and setting again moves an entry to the end, so
   // the first entry is always the least recently seen one.
   const seen = new Map<string, { key: string; at: number }>()
-  // The least recently seen entries are read with one iterator kept from one eviction to the
-  // next, not a new one each time: a new iterator starts at the table's first slot and steps over
-  // every entry deleted since V8 last compacted the table, so with the Map full of distinct
-  // payloads each eviction stepped over thousands (6 µs a request at 10 000 entries, against
-  // 0.5; issue 21). A live iterator goes on past entries added after it was made, skips those
-  // deleted before it reached them (an entry seen again was deleted and set again at the end), and
-  // follows the table through compaction. Once it has run off the end it stays done: a new one.
-  let oldest = seen.keys()
+  // The least recently seen entry goes first, through one iterator kept between evictions.
+  const forgetOldest = oldestFirst(seen)
   return {
     observe(scope, key, fingerprint, now = Date.now()) {
       const id = `${scope}\u0000${fingerprint}`
@@ -41,14 +37,7 @@ export function createRepeatedPayloadDetector(options: Required<RepeatedPayloadO
       const repeated = previous !== undefined && previous.key !== key && now - previous.at <= windowMs
       if (previous !== undefined) seen.delete(id)
       seen.set(id, { key, at: now })
-      if (seen.size > maxEntries) {
-        let next = oldest.next()
-        if (next.done === true) {
-          oldest = seen.keys()
-          next = oldest.next()
-        }
-        if (next.done !== true) seen.delete(next.value)
-      }
+      if (seen.size > maxEntries) forgetOldest()
       return repeated
     },
     get size() {
