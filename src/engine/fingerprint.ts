@@ -86,20 +86,7 @@ function currentCanonical(input: FingerprintInput): string {
   const json = body !== undefined && !(body instanceof Uint8Array) && (typeof body !== 'string' || input.mediaType === undefined || isJsonMediaType(essenceOf(input.mediaType)))
   if (json && (typeof body === 'function' || typeof body === 'symbol')) return canonical({ v: FINGERPRINT_VERSION, ...commonParts(input), body: taggedBody(body, input.mediaType) })
   const tagged = json ? `{"kind":"json","value":${canonical(body)}}` : canonical(taggedBody(body, input.mediaType))
-  return `{"body":${tagged},"method":${canonicalString(input.method.toUpperCase())},"params":${canonicalRecord(input.params ?? {})},"query":${canonicalRecord(input.query ?? {})},"route":${canonicalString(input.route)},"v":${FINGERPRINT_VERSION}}`
-}
-
-const SURROGATE = /[\uD800-\uDFFF]/
-
-/** A string as canonicalize writes it: JSON's own form when it holds no surrogate, else canonicalize's (which refuses a lone one). */
-function canonicalString(text: string): string {
-  return SURROGATE.test(text) ? canonical(text) : JSON.stringify(text)
-}
-
-/** Params or query as canonicalize writes them: `{}` for an empty one, the common case, without a call. */
-function canonicalRecord(record: object): string {
-  const empty = !Array.isArray(record) && typeof (record as { toJSON?: unknown }).toJSON !== 'function' && Object.keys(record).length === 0
-  return empty ? '{}' : canonical(record)
+  return `{"body":${tagged},"method":${canonical(input.method.toUpperCase())},"params":${canonical(input.params ?? {})},"query":${canonical(input.query ?? {})},"route":${canonical(input.route)},"v":${FINGERPRINT_VERSION}}`
 }
 
 function commonParts(input: FingerprintInput): Record<string, unknown> {
