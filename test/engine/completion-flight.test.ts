@@ -63,7 +63,7 @@ describe('complete(response, { statements }): the completion in one flight', () 
     expect(await charges(charge.id)).toBe(1)
   })
 
-  it('without pipelining: the same transaction, statement by statement', async () => {
+  it("on a connection that is not pg's own and does not pipeline (the counting wrapper): the same transaction, statement by statement", async () => {
     const { pool, engine } = setup(false)
     const execution = owned(await engine.begin({ scope: 'u1', key: 'flight-plain', fingerprint }))
     await execution.complete(jsonResponse(201, '{}'), { statements: [insertCharge('ch_plain')] })

@@ -41,7 +41,7 @@ describe('the store on node-postgres uses no deprecated driver behaviour', () =>
     const kind = expected.pipeline ? 'pipelining' : 'plain'
     it(`a flight of two statements (${kind} connection): committed, no deprecation, ${expected.flight} round trip(s)`, async () => {
       const pool = countingPool(db.newPool(1, { pipeline: expected.pipeline }))
-      await flight(pool, 'BEGIN', 5000, [mark(`flight-${kind}-1`), mark(`flight-${kind}-2`)])
+      await flight(pool, ['BEGIN'], 5000, [mark(`flight-${kind}-1`), mark(`flight-${kind}-2`)])
       await settled()
       expect({ deprecations: deprecations().length, statements: pool.statements, roundTrips: pool.roundTrips() }).toEqual({
         deprecations: 0,

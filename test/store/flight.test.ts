@@ -47,7 +47,7 @@ describe('a flight', () => {
   for (const pipeline of [true, false]) {
     it(`commits its statements in order (${pipeline ? 'pipelining' : 'queued by a plain'} connection) and resolves to their results`, async () => {
       const pool = db.newPool(1, { pipeline })
-      const results = await flight(pool, 'BEGIN', 5000, [mark(`in-order-${pipeline}`), { text: 'SELECT count(*)::int AS n FROM marks WHERE id = $1', values: [`in-order-${pipeline}`] }])
+      const results = await flight(pool, ['BEGIN'], 5000, [mark(`in-order-${pipeline}`), { text: 'SELECT count(*)::int AS n FROM marks WHERE id = $1', values: [`in-order-${pipeline}`] }])
       expect(results.map((result) => result.rows)).toEqual([[], [{ n: 1 }]])
     })
   }
@@ -55,7 +55,7 @@ describe('a flight', () => {
   it('on a pipelining connection leaves in one socket write: BEGIN, the statements and COMMIT (issue 21)', async () => {
     const pool = db.newPool(1, { pipeline: true })
     const counted = await countSocketWrites(pool)
-    await flight(pool, 'BEGIN', 5000, [mark('one-write-1'), mark('one-write-2'), { text: 'SELECT count(*)::int AS n FROM marks WHERE id LIKE $1', values: ['one-write-%'] }])
+    await flight(pool, ['BEGIN'], 5000, [mark('one-write-1'), mark('one-write-2'), { text: 'SELECT count(*)::int AS n FROM marks WHERE id LIKE $1', values: ['one-write-%'] }])
     expect(counted.writes).toBe(1)
     expect(await marked('one-write-2')).toBe(1)
   })
@@ -68,7 +68,7 @@ describe('a flight', () => {
         await pool.query('SELECT 1')
         proxy.stall()
         const startedAt = performance.now()
-        const error = await flight(pool, 'BEGIN', 300, [mark('stalled'), mark('stalled-2')]).then(
+        const error = await flight(pool, ['BEGIN'], 300, [mark('stalled'), mark('stalled-2')]).then(
           () => undefined,
           (failure: unknown) => failure as Error,
         )
@@ -115,7 +115,7 @@ describe('a flight', () => {
     }
     const before = await listeners()
     for (let i = 0; i < 12; i++) {
-      await flight(pool, 'BEGIN', 5000, [mark(`listener-${i}`)])
+      await flight(pool, ['BEGIN'], 5000, [mark(`listener-${i}`)])
       await transaction(pool, 'BEGIN', 5000, async (tx) => void (await tx.query(mark(`listener-tx-${i}`))))
     }
     expect(await listeners()).toBe(before)

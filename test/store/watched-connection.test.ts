@@ -37,7 +37,7 @@ it('a connection with no socket to cork (a wrapper, another driver) runs a fligh
       return connection
     },
   }
-  const results = await flight(wrapped, 'BEGIN', 5000, [insert('wrapped-flight'), { text: 'SELECT count(*)::int AS n FROM entries WHERE id = $1', values: ['wrapped-flight'] }])
+  const results = await flight(wrapped, ['BEGIN'], 5000, [insert('wrapped-flight'), { text: 'SELECT count(*)::int AS n FROM entries WHERE id = $1', values: ['wrapped-flight'] }])
   expect(results.map((result) => result.rows)).toEqual([[], [{ n: 1 }]])
   await transaction(wrapped, 'BEGIN', 5000, async (tx) => {
     await tx.query(insert('wrapped-transaction'))
@@ -71,7 +71,7 @@ it("a node-postgres connection over a socket that cannot cork (pg-cloudflare's i
   for (const pipeline of [false, true]) {
     // node-postgres corks only a stream that has `cork` (its query.js); this one has none.
     const pool = db.newPool(1, { pipeline, stream: () => Object.defineProperties(new net.Socket(), { cork: { value: undefined }, uncork: { value: undefined } }) })
-    const results = await flight(pool, 'BEGIN', 5000, [insert(`uncorked-flight-${pipeline}`), { text: 'SELECT count(*)::int AS n FROM entries WHERE id = $1', values: [`uncorked-flight-${pipeline}`] }])
+    const results = await flight(pool, ['BEGIN'], 5000, [insert(`uncorked-flight-${pipeline}`), { text: 'SELECT count(*)::int AS n FROM entries WHERE id = $1', values: [`uncorked-flight-${pipeline}`] }])
     expect(results.map((result) => result.rows)).toEqual([[], [{ n: 1 }]])
     await transaction(pool, 'BEGIN', 5000, async (tx) => {
       await Promise.all([tx.query(insert(`uncorked-transaction-${pipeline}-a`)), tx.query(insert(`uncorked-transaction-${pipeline}-b`))])
@@ -86,7 +86,7 @@ it("a plain connection's statements leave from node-postgres's own answer, as fr
   let drains = 0
   client.on('drain', () => drains++)
   client.release()
-  await flight(pool, 'BEGIN', 5000, [insert('drain-flight-a'), insert('drain-flight-b')])
+  await flight(pool, ['BEGIN'], 5000, [insert('drain-flight-a'), insert('drain-flight-b')])
   expect(drains).toBe(1)
   await transaction(pool, 'BEGIN', 5000, async (tx) => {
     await Promise.all([tx.query(insert('drain-transaction-a')), tx.query(insert('drain-transaction-b'))])

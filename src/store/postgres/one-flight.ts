@@ -6,8 +6,8 @@ import { DEFAULT_STATEMENT_TIMEOUT_MS } from './store.js'
 
 export interface OneFlightOptions {
   /**
-   * Milliseconds before the flight is given up on (its connection destroyed): on a pipelining
-   * pool, from when its statements leave together to the last answer; on a plain one, each
+   * Milliseconds before the flight is given up on (its connection destroyed): from when its
+   * statements leave together to the last answer; where they leave one by one (below), each
    * statement's own. (Default: 5000)
    */
   timeoutMs?: number
@@ -15,9 +15,11 @@ export interface OneFlightOptions {
 
 /**
  * Commits `statements` in one transaction sent whole: BEGIN, the statements in order and COMMIT
- * leave together on one pooled connection, none waiting for another's answer, so a pipelining
- * pool (`new pg.Pool({ pipeline: true })`) spends one round trip on them (a plain one queues
- * them, one round trip each). For writes that decide nothing between them: any failure rolls
+ * leave together on one pooled connection, none waiting for another's answer. A `pg` pool spends
+ * one round trip on them, pipelining or not: they go as one query with a single Sync, answered at
+ * once. (A named statement a connection has not prepared yet goes `pg`'s own way the first time,
+ * one round trip a statement unless the pool pipelines; so does every statement on a driver
+ * other than `pg`.) For writes that decide nothing between them: any failure rolls
  * the whole transaction back and rejects with the first statement's error (with
  * `ONCELY_STORE_UNAVAILABLE` when the connection broke). Writes that read an earlier one's result
  * belong in `withTransaction`.
@@ -35,5 +37,5 @@ export interface OneFlightOptions {
  */
 export async function writeInOneFlight(pool: PoolLike, statements: readonly WriteStatement[], options: OneFlightOptions = {}): Promise<void> {
   const timeoutMs = positiveInteger('timeoutMs', options.timeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS)
-  await flight(pool, 'BEGIN', timeoutMs, statements)
+  await flight(pool, ['BEGIN'], timeoutMs, statements)
 }

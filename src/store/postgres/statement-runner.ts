@@ -5,6 +5,7 @@
 import type { WriteStatement } from '../../engine/types.js'
 import { OncelyError } from '../../errors.js'
 import { toQueryConfig, type PoolClientLike, type PoolLike, type Queryable, type QueryConfig, type QueryResult } from './executor.js'
+import { oneSyncSender } from './one-sync.js'
 import { sqlState } from './pg-errors.js'
 import type { Statement } from './statements.js'
 
@@ -189,20 +190,21 @@ export async function transaction<T>(
 }
 
 /**
- * BEGIN, `statements` and COMMIT sent together, without waiting for any answer in between: on a
- * pipelining connection one round trip for the whole transaction (issue 11). Nothing decides
- * between them, so a statement that must stop the commit has to fail in the database: any failure
- * aborts the transaction, every statement behind it fails with 25P02, and the COMMIT answers
- * ROLLBACK. The first failure in sending order is thrown (the cause; the rest only followed it),
- * as `ONCELY_STORE_UNAVAILABLE` when the connection broke. Resolves to the statements' results.
- * A connection that does not pipeline sends each once the one before has answered
- * (`WatchedConnection.query`): the same transaction, one round trip a statement.
+ * BEGIN (`begin`: its commands, one each), `statements` and COMMIT sent together, without waiting
+ * for any answer in between (issue 11). On a node-postgres connection that has prepared the named
+ * ones, as one query with a single Sync (one-sync.ts): one round trip and one answer for the whole
+ * transaction, pipelining or not (issue 21). Nothing decides between them, so a statement that
+ * must stop the commit has to fail in the database: the server then runs nothing more, the
+ * transaction is rolled back, and its failure is thrown, as `ONCELY_STORE_UNAVAILABLE` when the
+ * connection broke. Resolves to the statements' results. Any other connection takes them as
+ * `sendWhole` sends them: on a pipelining one still in one write; on one that does not pipeline,
+ * each once the one before has answered (`WatchedConnection.query`), one round trip a statement.
  */
-export async function flight(pool: PoolLike, begin: string, timeoutMs: number, writes: readonly WriteStatement[]): Promise<Array<QueryResult<unknown>>> {
+export async function flight(pool: PoolLike, begin: readonly string[], timeoutMs: number, writes: readonly WriteStatement[]): Promise<Array<QueryResult<unknown>>> {
   const statements = writes.map(toQueryConfig)
   // Without a SQLSTATE, the failure thrown is the connection's: what was sent may or may not
   // have committed, which the engine finds out by reading its row back (`onConnection`).
-  return onConnection(pool, timeoutMs, async (connection) => (await connection.sendWhole([begin, ...statements, 'COMMIT'])).slice(1, -1))
+  return onConnection(pool, timeoutMs, (connection) => connection.sendTransaction(begin, statements))
 }
 
 /** Runs `run` on a connection checked out of `pool` (within `timeoutMs`, when given), then gives it back. */
@@ -284,30 +286,17 @@ class WatchedConnection {
     const socket = this.#pipelining ? this.socket : undefined
     if (socket === undefined) return this.#queryEach(statements)
     const client = this.client as unknown as CallbackClient
-    return new Promise((resolve, reject) => {
+    return this.#underDeadline(socket, (settle) => {
       const results = new Array<QueryResult<unknown>>(statements.length)
       let failure: { index: number; error: Error } | undefined
       let waiting = statements.length
-      let gaveUp: Error | undefined
-      const timeoutMs = this.#timeoutMs
-      const deadline =
-        timeoutMs === undefined
-          ? undefined
-          : setTimeout(() => {
-              gaveUp = new Error(`PostgreSQL did not answer within ${timeoutMs} ms`)
-              this.broken ??= gaveUp
-              socket.destroy()
-            }, timeoutMs)
       const answered = (index: number, error: unknown, result?: QueryResult<unknown>) => {
         if (error) {
           this.#failed(error)
           if (failure === undefined || index < failure.index) failure = { index, error: error as Error }
         } else results[index] = result as QueryResult<unknown>
         if (--waiting > 0) return
-        clearTimeout(deadline)
-        // Given up on, every statement failed with the destroyed connection: the deadline is the cause.
-        if (failure === undefined) resolve(results)
-        else reject(gaveUp ?? failure.error)
+        settle(failure?.error, results)
       }
       inOneWrite(socket, () =>
         statements.forEach((statement, index) => {
@@ -318,6 +307,62 @@ class WatchedConnection {
           }
         }),
       )
+    })
+  }
+
+  /**
+   * `flight`'s transaction: BEGIN's commands, `statements` and COMMIT, as one query with a single
+   * Sync where the connection takes it (one-sync.ts), else through `sendWhole`. Resolves to the
+   * statements' results. A failure left the transaction aborted (the server skipped its COMMIT):
+   * it is rolled back here, on a connection still whole, before the failure is thrown.
+   */
+  async sendTransaction(begin: readonly string[], statements: readonly QueryConfig[]): Promise<Array<QueryResult<unknown>>> {
+    const commands = [...begin.map((text) => ({ text })), ...statements, { text: 'COMMIT' }]
+    const socket = this.socket
+    const send = socket === undefined ? undefined : oneSyncSender(this.client, commands)
+    if (socket === undefined || send === undefined) return (await this.sendWhole([begin.join('; '), ...statements, 'COMMIT'])).slice(1, -1)
+    try {
+      const results = await this.#underDeadline<Array<QueryResult<unknown>>>(socket, (settle) =>
+        send((error, answered) => settle(error === undefined ? undefined : (this.#failed(error) as Error), answered ?? [])),
+      )
+      return results.slice(begin.length, -1)
+    } catch (error) {
+      if (this.broken === undefined) await this.#rollBack()
+      throw error
+    }
+  }
+
+  async #rollBack(): Promise<void> {
+    try {
+      await this.query({ text: 'ROLLBACK' })
+    } catch (error) {
+      this.broken ??= error
+    }
+  }
+
+  /**
+   * Runs `send`, which sends on this connection and calls `settle` once with the outcome, under
+   * one deadline for the whole (the store's timeout): at it, the connection is given up (its
+   * socket destroyed, so whatever was sent fails with it) and the deadline is the failure thrown.
+   */
+  #underDeadline<T>(socket: CorkableSocket, send: (settle: (error: Error | undefined, value: T) => void) => void): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      let gaveUp: Error | undefined
+      const timeoutMs = this.#timeoutMs
+      const deadline =
+        timeoutMs === undefined
+          ? undefined
+          : setTimeout(() => {
+              gaveUp = new Error(`PostgreSQL did not answer within ${timeoutMs} ms`)
+              this.broken ??= gaveUp
+              socket.destroy()
+            }, timeoutMs)
+      send((error, value) => {
+        clearTimeout(deadline)
+        // Given up on, every statement failed with the destroyed connection: the deadline is the cause.
+        if (error === undefined) resolve(value)
+        else reject(gaveUp ?? error)
+      })
     })
   }
 

@@ -117,8 +117,12 @@ export interface Statements {
   sweepExpired: Statement
   countStaleClaims: Statement
   countClaimsOlderThan: Statement
-  /** Opens the store's own transactions with its timeouts: $-free, sent as one simple query. */
-  begin(statementTimeoutMs: number, lockTimeoutMs: number): string
+  /**
+   * Opens the store's own transactions with its timeouts: BEGIN and two SET LOCALs, $-free, one
+   * command each (a flight sends each as a statement of its own; a transaction joins them into one
+   * simple query).
+   */
+  begin(statementTimeoutMs: number, lockTimeoutMs: number): readonly string[]
 }
 
 const ttl = (param: string) => `${param}::bigint * interval '1 millisecond'`
@@ -416,8 +420,7 @@ export function buildStatements(schema: string, namePrefix: string | undefined):
     ),
     // Issue 8: the store's own transactions never wait forever behind a lock. Both values are
     // integers validated at start-up; SET takes no bound parameters.
-    begin: (statementTimeoutMs, lockTimeoutMs) =>
-      `BEGIN; SET LOCAL statement_timeout = ${Math.trunc(statementTimeoutMs)}; SET LOCAL lock_timeout = ${Math.trunc(lockTimeoutMs)}`,
+    begin: (statementTimeoutMs, lockTimeoutMs) => ['BEGIN', `SET LOCAL statement_timeout = ${Math.trunc(statementTimeoutMs)}`, `SET LOCAL lock_timeout = ${Math.trunc(lockTimeoutMs)}`],
   }
 }
 

@@ -198,7 +198,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       }
     },
     async transaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T> {
-      return transaction(pool, begin, timeoutMs, work)
+      return transaction(pool, begin.join('; '), timeoutMs, work)
     },
     async runStatement(tx: Queryable, statement: WriteStatement): Promise<void> {
       await tx.query(toQueryConfig(statement))
