@@ -12,6 +12,7 @@ let db: TestDatabase
 beforeAll(async () => {
   db = await createTestDatabase()
   await db.pool.query('CREATE TABLE sync_marks (id text PRIMARY KEY, n integer)')
+  await db.pool.query('CREATE TABLE sync_deferred (id text, CONSTRAINT sync_deferred_once UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)')
 })
 afterAll(async () => {
   await db.close()
@@ -104,6 +105,18 @@ describe('a flight on a node-postgres connection: one query, one Sync', () => {
       expect((await pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }])
     })
   }
+
+  it('a failure at COMMIT (a deferred constraint): its error is thrown, nothing commits, and the connection serves the next flight', async () => {
+    const pool = db.newPool(1, { pipeline: false })
+    const counts = await watched(pool)
+    const twice = { text: 'INSERT INTO sync_deferred (id) VALUES ($1), ($1)', values: ['deferred'] }
+    await expect(flight(pool, ['BEGIN'], 5000, [mark('before-deferred'), twice])).rejects.toMatchObject({ code: '23505', constraint: 'sync_deferred_once' })
+    // The flight, and the ROLLBACK sent after any failure (here it finds no transaction: a no-op).
+    expect(counts).toMatchObject({ writes: 2, readies: 2 })
+    expect(await marked('before-deferred')).toBe(0)
+    await flight(pool, ['BEGIN'], 5000, [mark('after-deferred')])
+    expect(await marked('after-deferred')).toBe(1)
+  })
 
   it("BEGIN's SET LOCAL statement_timeout holds for the statements after it, and ends with the transaction", async () => {
     const pool = db.newPool(1, { pipeline: true })
