@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { OncelyError } from '../errors.js'
-import { withTransaction } from '../store/postgres/statement-runner.js'
+import { transactionInTwoFlights } from '../store/postgres/statement-runner.js'
 import { bind, type OutboxEventRow } from '../store/postgres/statements-outbox.js'
 import { backoffDelayMs, retryHorizonMs } from './backoff.js'
 import { toMessage } from './envelope.js'
@@ -183,17 +183,15 @@ class OutboxRelay implements Relay {
   async #claim(token: string): Promise<OutboxEventRow[]> {
     const sql = this.#outbox.statements
     const { batchSize, leaseMs } = this.#options
-    return withTransaction(this.#options.pool, async (tx) => {
-      const heads = (await tx.query<OutboxEventRow>(bind(sql.claimHeads, [batchSize, token, leaseMs]))).rows
-      const keyed = heads.filter((row) => row.ordering_key !== null)
-      const room = batchSize - heads.length
-      if (keyed.length === 0 || room <= 0) return heads
+    // Two flights (issue 21): BEGIN with the heads, then the followers with the COMMIT.
+    const [heads, followers] = await transactionInTwoFlights<OutboxEventRow>(this.#options.pool, bind(sql.claimHeads, [batchSize, token, leaseMs]), ({ rows }) => {
+      const keyed = rows.filter((row) => row.ordering_key !== null)
+      const room = batchSize - rows.length
+      if (keyed.length === 0 || room <= 0) return undefined
       const perKey = Math.max(1, Math.floor(room / keyed.length))
-      const followers = await tx.query<OutboxEventRow>(
-        bind(sql.claimFollowers, [keyed.map((row) => row.ordering_key), keyed.map((row) => row.seq), token, leaseMs, perKey]),
-      )
-      return [...heads, ...followers.rows]
+      return bind(sql.claimFollowers, [keyed.map((row) => row.ordering_key), keyed.map((row) => row.seq), token, leaseMs, perKey])
     })
+    return followers === undefined ? heads.rows : [...heads.rows, ...followers.rows]
   }
 
   /** Resolves to the error, or undefined once the broker has taken the event. */

@@ -1,6 +1,6 @@
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { flight } from '../../src/store/postgres/statement-runner.js'
+import { flight, transactionInTwoFlights } from '../../src/store/postgres/statement-runner.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 
 // Issue 21: a flight on a node-postgres connection is one query ending in a single Sync. The
@@ -151,4 +151,43 @@ describe('a flight on a node-postgres connection: one query, one Sync', () => {
     await expect(flight(pool, ['BEGIN'], 5000, [{ text: 'SELECT 1.5::numeric AS x', values: [] }])).rejects.toMatchObject({ code: 'ONCELY_STORE_UNAVAILABLE', cause: broken })
     expect(pool.totalCount).toBe(0)
   })
+})
+
+describe('transactionInTwoFlights: BEGIN with the first statement, the second with COMMIT (the relay\'s claim)', () => {
+  const firstOf = (prefix: string) => ({ name: 'two_flights_first', text: 'SELECT id, n FROM sync_marks WHERE id LIKE $1 ORDER BY id', values: [`${prefix}%`] })
+  const doubled = (rows: Array<{ id: string; n: number }>) => ({ text: 'UPDATE sync_marks SET n = n * 2 WHERE id = ANY($1::text[]) RETURNING id, n', values: [rows.map((row) => row.id)] })
+
+  it('two writes and two ReadyForQuery on a plain connection once its first statement is prepared; the second made from the first\'s rows', async () => {
+    const pool = db.newPool(1, { pipeline: false })
+    await flight(pool, ['BEGIN'], 5000, [mark('two-a', 1), mark('two-b', 2)])
+    const counts = await watched(pool)
+    // The first time, BEGIN and the unprepared statement go one after the other (pg prepares it).
+    await transactionInTwoFlights<{ id: string; n: number }>(pool, firstOf('two-'), () => undefined)
+    expect(counts).toMatchObject({ writes: 3, readies: 3 })
+    counts.reset()
+    const [first, second] = await transactionInTwoFlights<{ id: string; n: number }>(pool, firstOf('two-'), ({ rows }) => doubled(rows))
+    expect(counts).toMatchObject({ writes: 2, readies: 2 })
+    expect(first.rows).toEqual([
+      { id: 'two-a', n: 1 },
+      { id: 'two-b', n: 2 },
+    ])
+    expect(second?.rows).toEqual([
+      { id: 'two-a', n: 2 },
+      { id: 'two-b', n: 4 },
+    ])
+    expect((await db.pool.query('SELECT n FROM sync_marks WHERE id = $1', ['two-b'])).rows).toEqual([{ n: 4 }])
+  })
+
+  for (const { pipeline, name } of kinds) {
+    it(`a second statement that fails (${name} connection): the first's writes roll back, its error is thrown, the connection serves the next`, async () => {
+      const pool = db.newPool(1, { pipeline })
+      await expect(
+        transactionInTwoFlights(pool, mark(`two-rolled-back-${name}`), () => ({ text: 'SELECT 1 / 0' })),
+      ).rejects.toMatchObject({ code: '22012' })
+      expect(await marked(`two-rolled-back-${name}`)).toBe(0)
+      const [, second] = await transactionInTwoFlights(pool, mark(`two-next-${name}`), () => undefined)
+      expect(second).toBeUndefined()
+      expect(await marked(`two-next-${name}`)).toBe(1)
+    })
+  }
 })

@@ -207,6 +207,23 @@ export async function flight(pool: PoolLike, begin: readonly string[], timeoutMs
   return onConnection(pool, timeoutMs, (connection) => connection.sendTransaction(begin, statements))
 }
 
+/**
+ * A transaction of two flights on one pooled connection, untimed like `withTransaction`: BEGIN
+ * with `first`, then the statement `next` makes of `first`'s result (none: COMMIT alone) with the
+ * COMMIT. For a transaction whose second statement needs the first's answer and whose COMMIT needs
+ * nothing: on a `pg` connection each flight is one query with a single Sync (one-sync.ts), two
+ * round trips and two answers of the server's for the whole, where BEGIN, the two statements and
+ * COMMIT cost four of each on a plain connection (issue 21: the relay's claim). Elsewhere they go
+ * one after another. Resolves to the two results; any failure rolls back and is thrown as it is.
+ */
+export async function transactionInTwoFlights<R>(
+  pool: PoolLike,
+  first: QueryConfig,
+  next: (result: QueryResult<R>) => QueryConfig | undefined,
+): Promise<[QueryResult<R>, QueryResult<R> | undefined]> {
+  return onConnection(pool, undefined, (connection) => connection.sendInTwoFlights(first, next))
+}
+
 /** Runs `run` on a connection checked out of `pool` (within `timeoutMs`, when given), then gives it back. */
 async function onConnection<T>(pool: PoolLike, timeoutMs: number | undefined, run: (connection: WatchedConnection) => Promise<T>): Promise<T> {
   const connection = new WatchedConnection(await checkOut(pool, timeoutMs), timeoutMs)
@@ -318,18 +335,54 @@ class WatchedConnection {
    */
   async sendTransaction(begin: readonly string[], statements: readonly QueryConfig[]): Promise<Array<QueryResult<unknown>>> {
     const commands = [...begin.map((text) => ({ text })), ...statements, { text: 'COMMIT' }]
-    const socket = this.socket
-    const send = socket === undefined ? undefined : oneSyncSender(this.client, commands)
-    if (socket === undefined || send === undefined) return (await this.sendWhole([begin.join('; '), ...statements, 'COMMIT'])).slice(1, -1)
+    const whole = this.#inOneSync(commands)
+    if (whole === undefined) return (await this.sendWhole([begin.join('; '), ...statements, 'COMMIT'])).slice(1, -1)
     try {
-      const results = await this.#underDeadline<Array<QueryResult<unknown>>>(socket, (settle) =>
-        send((error, answered) => settle(error === undefined ? undefined : (this.#failed(error) as Error), answered ?? [])),
-      )
-      return results.slice(begin.length, -1)
+      return (await whole).slice(begin.length, -1)
     } catch (error) {
       if (this.broken === undefined) await this.#rollBack()
       throw error
     }
+  }
+
+  /**
+   * `transactionInTwoFlights`' transaction: BEGIN with `first`, then `next`'s statement (if any)
+   * with COMMIT, each pair one query with a single Sync where the connection takes it, else sent
+   * one after another. Any failure is rolled back here, on a connection still whole, and thrown.
+   */
+  async sendInTwoFlights<R>(first: QueryConfig, next: (result: QueryResult<R>) => QueryConfig | undefined): Promise<[QueryResult<R>, QueryResult<R> | undefined]> {
+    try {
+      const opening = this.#inOneSync([{ text: 'BEGIN' }, first])
+      const firstResult = (opening === undefined ? await this.#oneByOne([{ text: 'BEGIN' }, first]) : await opening)[1] as QueryResult<R>
+      const second = next(firstResult)
+      const closing = second === undefined ? [{ text: 'COMMIT' }] : [second, { text: 'COMMIT' }]
+      const results = await (this.#inOneSync(closing) ?? this.#oneByOne(closing))
+      return [firstResult, second === undefined ? undefined : (results[0] as QueryResult<R>)]
+    } catch (error) {
+      if (this.broken === undefined) await this.#rollBack()
+      throw error
+    }
+  }
+
+  /** `commands` one after another, each once the one before has answered: the first failure stops them. */
+  async #oneByOne(commands: readonly QueryConfig[]): Promise<Array<QueryResult<unknown>>> {
+    const results: Array<QueryResult<unknown>> = []
+    for (const command of commands) results.push(await this.query<unknown>(command))
+    return results
+  }
+
+  /**
+   * `commands` as one query with a single Sync (one-sync.ts), under the store's deadline when it
+   * has one, resolving to their results; undefined, with nothing sent, where this connection
+   * cannot take them that way.
+   */
+  #inOneSync(commands: readonly QueryConfig[]): Promise<Array<QueryResult<unknown>>> | undefined {
+    const socket = this.socket
+    const send = socket === undefined ? undefined : oneSyncSender(this.client, commands)
+    if (socket === undefined || send === undefined) return undefined
+    return this.#underDeadline<Array<QueryResult<unknown>>>(socket, (settle) =>
+      send((error, answered) => settle(error === undefined ? undefined : (this.#failed(error) as Error), answered ?? [])),
+    )
   }
 
   async #rollBack(): Promise<void> {
