@@ -29,20 +29,24 @@ async function marked(id: string) {
  * The one connection of `pool` (max 1), watched: its socket writes, and the ReadyForQuery messages
  * the server sends it (one per Sync, each the end of a flush of the server's).
  */
-async function watched(pool: pg.Pool): Promise<{ writes: number; readies: number; reset(): void }> {
+async function watched(pool: pg.Pool): Promise<{ writes: number; readies: number; sent: string[]; reset(): void }> {
   const client = await pool.connect()
   const counts = {
     writes: 0,
     readies: 0,
+    /** The type byte of the first message of each write ('X': Terminate). */
+    sent: [] as string[],
     reset() {
       counts.writes = 0
       counts.readies = 0
+      counts.sent.length = 0
     },
   }
   const connection = (client as unknown as { connection: pg.Connection & { stream: Record<'_write' | '_writev', (...args: unknown[]) => unknown> } }).connection
+  const firstByte = (chunk: unknown): string => (Array.isArray(chunk) ? firstByte((chunk[0] as { chunk: unknown }).chunk) : String.fromCharCode((chunk as Buffer)[0]!))
   for (const method of ['_write', '_writev'] as const) {
     const original = connection.stream[method].bind(connection.stream)
-    connection.stream[method] = (...args: unknown[]) => (counts.writes++, original(...args))
+    connection.stream[method] = (...args: unknown[]) => (counts.writes++, counts.sent.push(firstByte(args[0])), original(...args))
   }
   connection.on('readyForQuery', () => counts.readies++)
   client.release()
@@ -117,6 +121,24 @@ describe('a flight on a node-postgres connection: one query, one Sync', () => {
     await flight(pool, ['BEGIN'], 5000, [mark('after-deferred')])
     expect(await marked('after-deferred')).toBe(1)
   })
+
+  for (const { pipeline, name } of kinds) {
+    it(`a value pg cannot send (a cyclic object) fails the flight with nothing written (${name} connection), and its deadline does not outlive it`, async () => {
+      const pool = db.newPool(1, { pipeline })
+      const counts = await watched(pool)
+      const cyclic: Record<string, unknown> = {}
+      cyclic.self = cyclic
+      const failure = flight(pool, ['BEGIN'], 300, [mark(`cyclic-${name}`), { text: 'SELECT $1::jsonb', values: [cyclic] }])
+      await expect(failure).rejects.toMatchObject({ code: 'ONCELY_STORE_UNAVAILABLE', cause: expect.any(TypeError) as unknown })
+      // Nothing of the flight: the one write is the Terminate of the connection given up on.
+      expect(counts.sent).toEqual(['X'])
+      expect(await marked(`cyclic-${name}`)).toBe(0)
+      // Past the 300 ms deadline, the pool's next connection still answers.
+      await new Promise((resolve) => setTimeout(resolve, 400))
+      await flight(pool, ['BEGIN'], 300, [mark(`after-cyclic-${name}`)])
+      expect(await marked(`after-cyclic-${name}`)).toBe(1)
+    })
+  }
 
   it("BEGIN's SET LOCAL statement_timeout holds for the statements after it, and ends with the transaction", async () => {
     const pool = db.newPool(1, { pipeline: true })

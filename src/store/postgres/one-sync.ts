@@ -25,7 +25,7 @@ const { prepareValue } = createRequire(import.meta.url)('pg/lib/utils.js') as { 
 /** The protocol writers and prepared-statement record of a node-postgres connection (`client.connection`). */
 interface ProtocolConnection {
   parse(query: { text: string; name: string }): void
-  bind(config: { portal: string; statement: string; values: unknown[]; valueMapper: (value: unknown) => unknown }): void
+  bind(config: { portal: string; statement: string; values: unknown[] }): void
   describe(message: { type: 'P'; name: string }): void
   execute(config: { portal: string; rows: number }): void
   sync(): void
@@ -103,15 +103,26 @@ class OneSyncQuery extends QueryBase {
     }
   }
 
-  submit(connection: ProtocolConnection): null {
+  /**
+   * Every value converted first, so a value `pg` cannot send (a cyclic object) fails the query
+   * with nothing written: node-postgres then hands the error to `handleError`. Only then the
+   * messages, corked into one write.
+   */
+  submit(connection: ProtocolConnection): Error | null {
+    let values: unknown[][]
+    try {
+      values = this.#commands.map((command) => (command.values ?? []).map((value) => prepareValue(value)))
+    } catch (error) {
+      return error instanceof Error ? error : new Error(String(error))
+    }
     connection.stream.cork()
     try {
-      for (const command of this.#commands) {
+      this.#commands.forEach((command, index) => {
         if (command.name === undefined) connection.parse({ text: command.text, name: '' })
-        connection.bind({ portal: '', statement: command.name ?? '', values: command.values ?? [], valueMapper: prepareValue })
+        connection.bind({ portal: '', statement: command.name ?? '', values: values[index]! })
         connection.describe({ type: 'P', name: '' })
         connection.execute({ portal: '', rows: 0 })
-      }
+      })
       connection.sync()
     } finally {
       connection.stream.uncork()

@@ -72,7 +72,7 @@ function withDeadline<T>(promise: Promise<T>, timeoutMs: number, message: () => 
       (error: Error) => {
         if (late) return
         clearTimeout(timer)
-        reject(error)
+        reject(error instanceof Error ? error : new Error(String(error)))
       },
     )
   })
@@ -410,12 +410,19 @@ class WatchedConnection {
               this.broken ??= gaveUp
               socket.destroy()
             }, timeoutMs)
-      send((error, value) => {
+      const settle = (error: Error | undefined, value: T) => {
         clearTimeout(deadline)
         // Given up on, every statement failed with the destroyed connection: the deadline is the cause.
         if (error === undefined) resolve(value)
         else reject(gaveUp ?? error)
-      })
+      }
+      try {
+        send(settle)
+      } catch (error) {
+        // Thrown before an answer could come: the deadline must not outlive it.
+        clearTimeout(deadline)
+        reject(error instanceof Error ? error : new Error(String(error)))
+      }
     })
   }
 
