@@ -112,6 +112,8 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
   }
   const sql = buildStatements(quoted, prefix)
   const begin = sql.begin(timeoutMs, lockTimeoutMs)
+  // A transaction opens with them as one simple query.
+  const beginText = begin.join('; ')
   const pool = options.pool
   const listen = options.listen ?? true
   if (typeof listen !== 'boolean' && (typeof listen.query !== 'function' || typeof listen.connect !== 'function')) {
@@ -198,7 +200,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       }
     },
     async transaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T> {
-      return transaction(pool, begin.join('; '), timeoutMs, work)
+      return transaction(pool, beginText, timeoutMs, work)
     },
     async runStatement(tx: Queryable, statement: WriteStatement): Promise<void> {
       await tx.query(toQueryConfig(statement))
