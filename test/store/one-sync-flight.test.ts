@@ -213,3 +213,24 @@ describe('transactionInTwoFlights: BEGIN with the first statement, the second wi
     })
   }
 })
+
+describe('transactionInTwoFlights on a connection that dies', () => {
+  const suicide = { text: 'SELECT pg_terminate_backend(pg_backend_pid())' }
+
+  for (const [where, first, next] of [
+    ['in the first flight', () => suicide, () => undefined],
+    ['in the second flight, after the first wrote', (id: string) => mark(id), () => suicide],
+  ] as const) {
+    it(`terminated ${where}: the failure is thrown, nothing commits, the connection is not reused`, async () => {
+      const pool = db.newPool(1, { pipeline: false })
+      pool.on('error', () => undefined)
+      const id = `two-terminated-${where.length}`
+      await expect(transactionInTwoFlights(pool, first(id), next)).rejects.toBeInstanceOf(Error)
+      expect(await marked(id)).toBe(0)
+      expect(pool.totalCount).toBe(0)
+      const [, second] = await transactionInTwoFlights(pool, mark(`${id}-after`), () => undefined)
+      expect(second).toBeUndefined()
+      expect(await marked(`${id}-after`)).toBe(1)
+    })
+  }
+})
