@@ -1,6 +1,6 @@
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { flight, transaction } from '../../src/store/postgres/statement-runner.js'
+import { beginOf, flight, transaction } from '../../src/store/postgres/statement-runner.js'
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 
@@ -53,7 +53,7 @@ describe('the store on node-postgres uses no deprecated driver behaviour', () =>
 
     it(`a transaction whose work sends three writes without awaiting each (${kind} connection): no deprecation, ${expected.transaction} round trips`, async () => {
       const pool = countingPool(db.newPool(1, { pipeline: expected.pipeline }))
-      await transaction(pool, 'BEGIN', 5000, async (tx) => void (await Promise.all([1, 2, 3].map((n) => tx.query(mark(`tx-${kind}-${n}`))))))
+      await transaction(pool, beginOf(['BEGIN']), 5000, async (tx) => void (await Promise.all([1, 2, 3].map((n) => tx.query(mark(`tx-${kind}-${n}`))))))
       await settled()
       expect({ deprecations: deprecations().length, statements: pool.statements, roundTrips: pool.roundTrips() }).toEqual({
         deprecations: 0,
@@ -65,7 +65,7 @@ describe('the store on node-postgres uses no deprecated driver behaviour', () =>
 
   it('a failing statement on a plain connection: its error is thrown, and the ROLLBACK waits its turn (no deprecation)', async () => {
     const pool = countingPool(db.newPool(1))
-    const failure = transaction(pool, 'BEGIN', 5000, async (tx) => void (await Promise.all([tx.query(mark('fails-1')), tx.query(mark('fails-1')), tx.query(mark('fails-2'))])))
+    const failure = transaction(pool, beginOf(['BEGIN']), 5000, async (tx) => void (await Promise.all([tx.query(mark('fails-1')), tx.query(mark('fails-1')), tx.query(mark('fails-2'))])))
     await expect(failure).rejects.toMatchObject({ code: '23505' })
     await settled()
     expect({ deprecations: deprecations().length, last: pool.statements.at(-1), marked: (await db.pool.query("SELECT 1 FROM marks WHERE id LIKE 'fails-%'")).rowCount }).toEqual({

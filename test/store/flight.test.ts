@@ -1,6 +1,6 @@
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { flight, isPipelining, transaction, withTransaction } from '../../src/store/postgres/statement-runner.js'
+import { beginOf, flight, isPipelining, transaction, withTransaction } from '../../src/store/postgres/statement-runner.js'
 import { writeInOneFlight } from '../../src/store/postgres/index.js'
 import { countingPool } from '../helpers/counting-pool.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
@@ -85,13 +85,14 @@ describe('a flight', () => {
   }
 
   it("a transaction keeps a statement's own query_timeout over the store's", async () => {
-    // Not pipelining: BEGIN is answered before the work runs, and only then the answers stop.
+    // Not pipelining: BEGIN leaves with the first statement and is answered; only then the answers stop.
     const pool = new pg.Pool({ connectionString: proxy.url, max: 1 })
     pool.on('error', () => undefined)
     let startedAt = 0
     try {
       await expect(
-        transaction(pool, 'BEGIN', 100, async (tx) => {
+        transaction(pool, beginOf(['BEGIN']), 100, async (tx) => {
+          await tx.query({ text: 'SELECT 0' })
           proxy.stall()
           startedAt = performance.now()
           await tx.query({ text: 'SELECT 1', query_timeout: 800 })
@@ -116,7 +117,7 @@ describe('a flight', () => {
     const before = await listeners()
     for (let i = 0; i < 12; i++) {
       await flight(pool, ['BEGIN'], 5000, [mark(`listener-${i}`)])
-      await transaction(pool, 'BEGIN', 5000, async (tx) => void (await tx.query(mark(`listener-tx-${i}`))))
+      await transaction(pool, beginOf(['BEGIN']), 5000, async (tx) => void (await tx.query(mark(`listener-tx-${i}`))))
     }
     expect(await listeners()).toBe(before)
     expect(await marked('listener-11')).toBe(1)

@@ -131,13 +131,18 @@ describe('a statement refused by PostgreSQL is not a lost connection', () => {
 })
 
 describe('a database that stops answering a transaction', () => {
-  it('a plain connection whose BEGIN gets no answer: the work never starts, ONCELY_STORE_UNAVAILABLE names the transaction, the connection is destroyed', async () => {
+  it('a plain connection whose BEGIN gets no answer (it leaves with the first statement): the work goes no further, ONCELY_STORE_UNAVAILABLE names the transaction, the connection is destroyed', async () => {
     const pool = await proxiedPool()
     const store = createPostgresStore({ pool, schema: db.schema, statementTimeoutMs: 300, lockTimeoutMs: 100 })
     let ran = false
     try {
       proxy.stall()
-      const error = await rejection(store.transaction(async () => void (ran = true)))
+      const error = await rejection(
+        store.transaction(async (tx) => {
+          await tx.query({ text: 'SELECT 1' })
+          ran = true
+        }),
+      )
       expect(isOncelyError(error, 'ONCELY_STORE_UNAVAILABLE')).toBe(true)
       expect(error.message).toBe('the connection to PostgreSQL failed during a transaction')
       expect(ran).toBe(false)
@@ -155,6 +160,8 @@ describe('a database that stops answering a transaction', () => {
     try {
       const error = await rejection(
         store.transaction(async (tx) => {
+          // BEGIN leaves with the first statement: the one that gets no answer is the second.
+          await tx.query({ text: 'SELECT 0' })
           proxy.stall()
           await tx.query({ text: 'SELECT 1' })
         }),
@@ -163,7 +170,7 @@ describe('a database that stops answering a transaction', () => {
       expect(error.message).toBe('the connection to PostgreSQL failed during a transaction')
       expect((error.cause as Error).message).toBe('Query read timeout')
       // A ROLLBACK would only wait behind the unanswered statement for another timeout.
-      expect(counted.statements).toEqual(['BEGIN; SET', 'SELECT 1'])
+      expect(counted.statements).toEqual(['BEGIN; SET', 'SELECT 0', 'SELECT 1'])
       expect(pool.totalCount).toBe(0)
     } finally {
       proxy.restore()
@@ -207,6 +214,8 @@ describe('a database that stops answering a transaction', () => {
     try {
       const error = await rejection(
         store.transaction(async (tx) => {
+          // BEGIN leaves with the first statement, answered; the answers stop after it.
+          await tx.query({ text: 'SELECT 0' })
           proxy.stall()
           // Sent without awaiting the first: the second waits for its answer, which never comes.
           ;[first, queued] = await Promise.allSettled([tx.query({ text: 'SELECT 1' }), tx.query({ text: 'SELECT 2' })])
@@ -220,7 +229,7 @@ describe('a database that stops answering a transaction', () => {
       const queuedError = (queued as PromiseRejectedResult).reason as Error
       expect(queuedError.message).toBe('not sent: the connection broke before it')
       expect(queuedError.cause).toBe(firstError)
-      expect(counted.statements).toEqual(['BEGIN; SET', 'SELECT 1'])
+      expect(counted.statements).toEqual(['BEGIN; SET', 'SELECT 0', 'SELECT 1'])
       expect(pool.totalCount).toBe(0)
     } finally {
       proxy.restore()

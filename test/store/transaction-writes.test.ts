@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { transaction, withTransaction } from '../../src/store/postgres/statement-runner.js'
+import { beginOf, transaction, withTransaction } from '../../src/store/postgres/statement-runner.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { countSocketWrites } from '../helpers/socket-writes.js'
 
@@ -22,7 +22,7 @@ const present = async (id: string) => (await db.pool.query('SELECT 1 FROM ledger
 
 for (const [runner, run] of [
   ['withTransaction', (pool: Parameters<typeof withTransaction>[0], work: Parameters<typeof withTransaction>[1]) => withTransaction(pool, work)],
-  ["the store's transaction", (pool: Parameters<typeof withTransaction>[0], work: Parameters<typeof withTransaction>[1]) => transaction(pool, 'BEGIN', 5000, work)],
+  ["the store's transaction", (pool: Parameters<typeof withTransaction>[0], work: Parameters<typeof withTransaction>[1]) => transaction(pool, beginOf(['BEGIN']), 5000, work)],
 ] as const) {
   it(`${runner}: BEGIN and the first statements leave in one write, COMMIT in the next`, async () => {
     const pool = db.newPool(1, { pipeline: true })

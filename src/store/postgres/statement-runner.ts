@@ -135,8 +135,21 @@ export function isPipelining(connection: unknown): boolean {
  * ```
  */
 export async function withTransaction<T>(pool: PoolLike, work: (tx: Queryable) => Promise<T>): Promise<T> {
-  return transaction(pool, 'BEGIN', undefined, work)
+  return transaction(pool, PLAIN_BEGIN, undefined, work)
 }
+
+/** BEGIN's commands, one each, and joined into the one simple query that opens a transaction. */
+export interface Begin {
+  readonly commands: readonly string[]
+  readonly text: string
+}
+
+/** `commands` as a `Begin`: joined once, not at every transaction. */
+export function beginOf(commands: readonly string[]): Begin {
+  return Object.freeze({ commands: Object.freeze([...commands]), text: commands.join('; ') })
+}
+
+const PLAIN_BEGIN = beginOf(['BEGIN'])
 
 /**
  * The one BEGIN … COMMIT runner, on one pooled connection: `withTransaction`'s and the store's.
@@ -147,15 +160,19 @@ export async function withTransaction<T>(pool: PoolLike, work: (tx: Queryable) =
  * breaks the connection, and an error on a broken connection is `ONCELY_STORE_UNAVAILABLE`.
  * Without it (`withTransaction`), nothing is timed, errors are the driver's, and `work` is handed
  * the pool's own client, all of its API. On a pipelining connection, a `work` that sends its
- * writes without awaiting each one costs a single round trip before the COMMIT.
+ * statements without awaiting each other has them leave with BEGIN in one write. On a store's
+ * transaction over a connection that does not pipeline, BEGIN's commands wait for `work`'s first
+ * statement and leave with it (`WatchedConnection.openWithFirst`); a `work` that sent nothing
+ * opened nothing, and nothing is committed or rolled back.
  */
 export async function transaction<T>(
   pool: PoolLike,
-  begin: string,
+  begin: Begin,
   timeoutMs: number | undefined,
   work: (tx: Queryable) => Promise<T>,
 ): Promise<T> {
   return onConnection(pool, timeoutMs, async (connection) => {
+    if (timeoutMs !== undefined && !isPipelining(connection.client)) return connection.inTransactionOpenedByFirst(begin.commands, work)
     const tx = timeoutMs === undefined ? connection.client : connection.tx
     // On a pipelining connection BEGIN is not awaited: corked, it leaves in one write with the
     // statements `work` sends before its first await, not in a write of its own (issue 21).
@@ -167,7 +184,7 @@ export async function transaction<T>(
       corked = false
     }
     try {
-      const sent = await sendBegin(tx, { text: begin }, connection.client)
+      const sent = await sendBegin(tx, { text: begin.text }, connection.client)
       const working = asOpenTransaction(tx, () => work(tx))
       uncork()
       const result = await working
@@ -259,6 +276,10 @@ class WatchedConnection {
   /** Statements held back until the one before has answered, on a connection that does not pipeline. */
   readonly #waiting: Array<() => void> = []
   #busy = false
+  /** BEGIN's commands, held back to leave with the transaction's first statement (`inTransactionOpenedByFirst`). */
+  #opening: readonly QueryConfig[] | undefined
+  /** BEGIN has been handed to the connection, alone or with a statement: the transaction has to end. */
+  #opened = false
   readonly #onError = (error: unknown) => (this.broken ??= error)
 
   constructor(client: PoolClientLike, timeoutMs: number | undefined) {
@@ -278,13 +299,16 @@ class WatchedConnection {
    */
   query<R>(config: QueryConfig): Promise<QueryResult<R>> {
     if (this.#pipelining) return new Promise((resolve, reject) => this.#sendThen<R>(config, (error, result) => (error === undefined ? resolve(result as QueryResult<R>) : reject(error))))
+    const opening = this.#takeOpening()
     return new Promise<QueryResult<R>>((resolve, reject) => {
       this.#waiting.push(() => {
         if (this.broken !== undefined) {
           this.#answered(() => reject(new Error('not sent: the connection broke before it', { cause: this.broken })))
           return
         }
-        this.#sendThen<R>(config, (error, result) => this.#answered(() => (error === undefined ? resolve(result as QueryResult<R>) : reject(error))))
+        const done = (error: Error | undefined, result?: QueryResult<R>) => this.#answered(() => (error === undefined ? resolve(result as QueryResult<R>) : reject(error)))
+        if (opening === undefined) this.#sendThen<R>(config, done)
+        else this.#sendOpening<R>(opening, config, done)
       })
       if (!this.#busy) this.#next()
     })
@@ -362,6 +386,55 @@ class WatchedConnection {
       if (this.broken === undefined) await this.#rollBack()
       throw error
     }
+  }
+
+  /**
+   * The store's transaction on a connection that does not pipeline (issue 21): BEGIN's commands
+   * are held back and leave with `work`'s first statement, as one query with a single Sync where
+   * the connection takes it (one-sync.ts), so opening the transaction costs no round trip of its
+   * own; where it cannot, BEGIN goes first, as before. A `work` that sent nothing opened nothing:
+   * no COMMIT, no ROLLBACK. Any failure is rolled back, on a connection still whole, and thrown.
+   */
+  async inTransactionOpenedByFirst<T>(begin: readonly string[], work: (tx: Queryable) => Promise<T>): Promise<T> {
+    this.#opening = begin.map((text) => ({ text }))
+    try {
+      const result = await asOpenTransaction(this.tx, () => work(this.tx))
+      if (this.#opened) await this.query({ text: 'COMMIT' })
+      return result
+    } catch (error) {
+      if (this.#opened && this.broken === undefined) await this.#rollBack()
+      throw error
+    } finally {
+      this.#opening = undefined
+    }
+  }
+
+  /** BEGIN's commands when they are still held back: the statement asking leaves with them. */
+  #takeOpening(): readonly QueryConfig[] | undefined {
+    const opening = this.#opening
+    if (opening === undefined) return undefined
+    this.#opening = undefined
+    this.#opened = true
+    return opening
+  }
+
+  /**
+   * `begin`'s commands and `config` as one query with a single Sync, calling `done` with
+   * `config`'s result; BEGIN on its own first where the connection cannot take them that way, or
+   * where `config` asks for more than a plain statement (its own read timeout, another row mode):
+   * those go as node-postgres sends them.
+   */
+  #sendOpening<R>(begin: readonly QueryConfig[], config: QueryConfig, done: (error: Error | undefined, result?: QueryResult<R>) => void): void {
+    const whole = isPlainStatement(config) ? this.#inOneSync([...begin, config]) : undefined
+    if (whole !== undefined) {
+      whole.then(
+        (results) => done(undefined, results[begin.length] as QueryResult<R>),
+        (error: Error) => done(error),
+      )
+      return
+    }
+    const text = begin.map((command) => command.text).join('; ')
+    this.#sendThen({ text }, (error) => (error === undefined ? this.#sendThen<R>(config, done) : done(error)))
   }
 
   /** `commands` one after another, each once the one before has answered: the first failure stops them. */
@@ -479,6 +552,16 @@ class WatchedConnection {
     // A broken connection is being destroyed and may still report errors: it keeps the listener.
     if (broken === undefined) (this.client as Partial<Pick<NodeJS.EventEmitter, 'off'>>).off?.('error', this.#onError)
   }
+}
+
+/** The parts of a statement a single-Sync query sends as node-postgres would: nothing else may be asked. */
+const PLAIN_STATEMENT_PARTS = new Set(['text', 'values', 'name'])
+
+/** A statement object of `text`, `values` and `name` alone (not a node-postgres `Query`, no read timeout of its own). */
+function isPlainStatement(config: QueryConfig): boolean {
+  if (typeof config !== 'object' || config === null || Object.getPrototypeOf(config) !== Object.prototype) return false
+  for (const part in config) if (!PLAIN_STATEMENT_PARTS.has(part)) return false
+  return typeof config.text === 'string'
 }
 
 /** A node-postgres client as its callback form takes a statement: null or an Error, then the result. */

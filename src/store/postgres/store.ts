@@ -8,7 +8,7 @@ import { claimOf, keyRowFromJson, newClaimOf, snapshotOf } from './key-rows.js'
 import { isTransientPgError, SQLSTATE, sqlState } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 import { ClaimWatcher } from './claim-watcher.js'
-import { bind, flight, send, transaction } from './statement-runner.js'
+import { beginOf, bind, flight, send, transaction } from './statement-runner.js'
 import { batchedWrites, completionValues } from './batched-writes.js'
 import { buildStatements, type HeldRow, type KeyRow, type Statement } from './statements.js'
 
@@ -111,9 +111,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     throw invalid('maxBatchSize', `must be an integer from 1 to ${MAX_BATCH_SIZE}`, maxBatchSize)
   }
   const sql = buildStatements(quoted, prefix)
-  const begin = sql.begin(timeoutMs, lockTimeoutMs)
-  // A transaction opens with them as one simple query.
-  const beginText = begin.join('; ')
+  const begin = beginOf(sql.begin(timeoutMs, lockTimeoutMs))
   const pool = options.pool
   const listen = options.listen ?? true
   if (typeof listen !== 'boolean' && (typeof listen.query !== 'function' || typeof listen.connect !== 'function')) {
@@ -191,7 +189,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       }
       const first = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel])
       try {
-        await flight(pool, begin, timeoutMs, [first, ...statements])
+        await flight(pool, begin.commands, timeoutMs, [first, ...statements])
         return true
       } catch (error) {
         // The completion is the flight's first statement: when it failed, its error is the one thrown.
@@ -200,7 +198,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       }
     },
     async transaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T> {
-      return transaction(pool, beginText, timeoutMs, work)
+      return transaction(pool, begin, timeoutMs, work)
     },
     async runStatement(tx: Queryable, statement: WriteStatement): Promise<void> {
       await tx.query(toQueryConfig(statement))
