@@ -16,7 +16,8 @@ export interface CompletionOptions<Tx> {
    * back with `ONCELY_LOCK_LOST`. Retried like `completeInTransaction`, so `writes` must only
    * write through the `tx` it is given. On a pipelining pool (`new pg.Pool({ pipeline: true })`)
    * writes sent without awaiting each other leave with BEGIN and the completion in one round
-   * trip, and the COMMIT in a second; `statements` saves that second one. Not with `tx`.
+   * trip, and the COMMIT in a second; on a plain `pg` pool BEGIN leaves with the completion, then
+   * each write and the COMMIT; `statements` saves all but one. Not with `tx`.
    * (Default: none)
    *
    * @example
@@ -209,16 +210,22 @@ async function attemptOnce<Tx, T>(holder: CompletingHolder<Tx>, plan: OwnTransac
     return undefined as T
   }
   return store.transaction(async (tx) => {
-    const value = plan.kind === 'after-work' ? await workThenComplete(holder, plan.work, tx, attempt) : await completeThenWrite<Tx, T>(holder, plan, tx, attempt)
+    const value = plan.kind === 'after-work' ? await workThenComplete(holder, plan.work, tx, attempt, committing) : await completeThenWrite<Tx, T>(holder, plan, tx, attempt)
     committing(value)
     return value
   })
 }
 
-async function workThenComplete<Tx, T>(holder: CompletingHolder<Tx>, work: CompletionWork<Tx, T>, tx: Tx, attempt: Attempt): Promise<T> {
+/**
+ * `completeInTransaction`: the work, then the completion as the transaction's last statement, which
+ * the store may send with the COMMIT (`commit: true`, one round trip for both, issue 21).
+ */
+async function workThenComplete<Tx, T>(holder: CompletingHolder<Tx>, work: CompletionWork<Tx, T>, tx: Tx, attempt: Attempt, committing: (value: T) => void): Promise<T> {
   const result = await work(tx)
   attempt.status = result.status ?? 'completed'
-  if (!(await holder.store.complete(holder.fence, { status: attempt.status, response: result.response, tx }))) {
+  // The COMMIT may leave with the completion: from here on, an error may hide a landed completion.
+  committing(result.value)
+  if (!(await holder.store.complete(holder.fence, { status: attempt.status, response: result.response, tx, commit: true }))) {
     // Invariant 3: the business writes of a holder that lost its claim must not land.
     throw new LockLostSignal()
   }

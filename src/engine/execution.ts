@@ -311,7 +311,10 @@ export class Execution<Tx = unknown> {
    * transaction rolls back and this throws `ONCELY_LOCK_LOST`. A transient database error runs
    * `work` again in a new transaction (so `work` must only write through `tx`); a deterministic
    * one (a constraint every run violates) keeps the claim suspended with the error recorded and
-   * throws `ONCELY_OUTCOME_NOT_RECORDED`.
+   * throws `ONCELY_OUTCOME_NOT_RECORDED`; an error that may hide a landed completion (its answer
+   * lost) reads the key back first, and returns `work`'s value without running it again when the
+   * completion is there. On a `pg` pool the completion leaves with the COMMIT, and on a plain one
+   * BEGIN with `work`'s first statement: with one write, two round trips.
    *
    * @example
    * ```ts

@@ -97,9 +97,13 @@ export interface FinalOutcome {
  * One completion for the store (`IdempotencyStore.complete`): the outcome, and where it commits.
  * Alone on the store's own connection; with `tx`, inside that open transaction (the caller's, or
  * one from `transaction`), so it commits with the business rows; with `statements`, in a
- * transaction of the store's sent as one flight with them. Never both.
+ * transaction of the store's sent as one flight with them. Never both. `commit: true` says the
+ * completion is the last statement of `tx`, a transaction from the store's own `transaction`: the
+ * store may send the COMMIT with it (one round trip for both; the PostgreSQL store does on a `pg`
+ * connection), and must then commit nothing when the fence is lost. A store may ignore it: the
+ * transaction commits when its work ends, as without it.
  */
-export type StoreCompletion<Tx> = FinalOutcome & ({ tx?: Tx; statements?: never } | { statements: readonly WriteStatement[]; tx?: never })
+export type StoreCompletion<Tx> = FinalOutcome & ({ tx?: Tx; commit?: boolean; statements?: never } | { statements: readonly WriteStatement[]; tx?: never; commit?: never })
 
 /**
  * The port between the engine and its storage: single statements, no decisions (the engine

@@ -2,7 +2,7 @@ import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { OncelyError, createEngine, engineChannelName, fingerprintRequest, isOncelyError, type EngineEvent } from '../../src/index.js'
-import { createPostgresStore, withTransaction, type PostgresStore } from '../../src/store/postgres/index.js'
+import { createPostgresStore, withTransaction, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
 import { ageClaim, engineOn, jsonResponse, keyTable, owned } from '../helpers/engine.js'
@@ -313,6 +313,8 @@ describe('a completion transaction that failed transiently before its COMMIT lan
   it('runs its work again and commits: the row is read back and not taken for landed', async () => {
     let attempts = 0
     const engine = engineWith((store) => ({
+      // A store that sends the COMMIT only once the work ended (it ignores `commit`, as a store may).
+      complete: (fence, { commit: _commit, ...completion }) => store.complete(fence, completion),
       transaction: (run) =>
         store.transaction(async (tx) => {
           const value = await run(tx)
@@ -335,6 +337,32 @@ describe('a completion transaction that failed transiently before its COMMIT lan
   })
 })
 
+describe('a completion that left with its COMMIT (issue 21), then a transient error', () => {
+  it('is read back as landed: the work does not run again, its value is returned, the row written once', async () => {
+    let attempts = 0
+    const engine = engineWith((store) => ({
+      transaction: (run) =>
+        store.transaction(async (tx) => {
+          const value = await run(tx)
+          attempts++
+          // The completion went with the COMMIT: this failure comes after it landed.
+          if (attempts === 1) throw transient()
+          return value
+        }),
+    }))
+    const execution = owned(await engine.begin(input('landed-with-commit')))
+    let runs = 0
+    const value = await execution.completeInTransaction(async (tx) => {
+      runs++
+      await tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: ['ch_landed_with_commit'] })
+      return { response: jsonResponse(201, '{}'), value: 'ch_landed_with_commit' }
+    })
+    expect({ value, runs, attempts, state: execution.state }).toEqual({ value: 'ch_landed_with_commit', runs: 1, attempts: 1, state: 'completed' })
+    expect((await row('landed-with-commit'))?.status).toBe('completed')
+    expect(await charges('ch_landed_with_commit')).toBe(1)
+  })
+})
+
 describe('a write whose answer was lost is recognised as this worker’s own (issue 8, path 16)', () => {
   const proxiedEngine = () => createEngine({ store: createPostgresStore({ pool: proxied, schema: db.schema }), staleAfterMs: 60_000 })
 
@@ -345,6 +373,34 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
     await cut
     expect(execution.state).toBe('released')
     expect(await row('lost-answer-release')).toBeUndefined()
+  })
+
+  it('completeInTransaction, its completion sent with the COMMIT (issue 21): read back as landed, the work not run again', async () => {
+    // One connection, its completion statement prepared by a first completeInTransaction.
+    const pool = new pg.Pool({ connectionString: proxy.url, max: 1 })
+    pool.on('error', () => undefined)
+    try {
+      const engine = createEngine({ store: createPostgresStore({ pool, schema: db.schema }), staleAfterMs: 60_000 })
+      const insert = (tx: Queryable, id: string) => tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: [id] })
+      await owned(await engine.begin(input('lost-answer-in-tx-warm'))).completeInTransaction(async (tx) => {
+        await insert(tx, 'ch_lost_answer_warm')
+        return { response: jsonResponse(201, '{}'), value: undefined }
+      })
+      const execution = owned(await engine.begin(input('lost-answer-in-tx')))
+      // The answer to the completion and its COMMIT is dropped and the connection cut: both ran.
+      const cut = proxy.cutNextAnswer({ to: '_complete_in_flight' })
+      let runs = 0
+      const value = await execution.completeInTransaction(async (tx) => {
+        runs++
+        await insert(tx, 'ch_lost_answer_in_tx')
+        return { response: jsonResponse(201, '{}'), value: 'ch_lost_answer_in_tx' }
+      })
+      await cut
+      expect({ value, runs, state: execution.state }).toEqual({ value: 'ch_lost_answer_in_tx', runs: 1, state: 'completed' })
+      expect(await charges('ch_lost_answer_in_tx')).toBe(1)
+    } finally {
+      await pool.end()
+    }
   })
 
   it('a suspension: the claim kept, the execution suspended', async () => {

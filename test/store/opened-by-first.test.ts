@@ -28,9 +28,9 @@ async function marked(id: string): Promise<number | null> {
   return (await db.pool.query('SELECT 1 FROM opened_marks WHERE id = $1', [id])).rowCount
 }
 
-/** The one connection of a new plain pool (max 1), watched: its socket writes, and the ReadyForQuery messages it is sent (one per Sync). */
-async function watchedPool(): Promise<{ pool: pg.Pool; counts: { writes: number; readies: number; reset(): void } }> {
-  const pool = db.newPool(1, { pipeline: false })
+/** The one connection of a new pool (max 1, plain unless `settings` say otherwise), watched: its socket writes, and the ReadyForQuery messages it is sent (one per Sync). */
+async function watchedPool(settings: pg.PoolConfig = { pipeline: false }): Promise<{ pool: pg.Pool; counts: { writes: number; readies: number; reset(): void } }> {
+  const pool = db.newPool(1, settings)
   const client = await pool.connect()
   const counts = {
     writes: 0,
@@ -144,12 +144,22 @@ describe("the store's own transaction on a connection that does not pipeline", (
 describe('completions in a transaction of the store on a plain pool', () => {
   const fingerprint = fingerprintRequest({ method: 'POST', route: '/v1/charges', body: { amount: 1 } })
 
-  /** An engine on a watched plain pool of one connection, its `complete` statement prepared by a first completion. */
-  async function warmEngine(prefix: string) {
-    const { pool, counts } = await watchedPool()
+  const writeOne = (id: string) => (tx: Queryable) => tx.query(mark(id)).then(() => undefined)
+  const workWriting = (id: string | undefined, body = '{}') => async (tx: Queryable) => {
+    if (id !== undefined) await tx.query(mark(id))
+    return { response: jsonResponse(201, body), value: undefined }
+  }
+
+  /**
+   * An engine on a watched pool of one connection, plain unless `pipeline`, its completion
+   * statements prepared by a first completion of each kind (node-postgres prepares a named
+   * statement on its own path the first time).
+   */
+  async function warmEngine(prefix: string, pipeline = false) {
+    const { pool, counts } = pipeline ? await watchedPool({ pipeline }) : await watchedPool()
     const engine = createEngine({ store: createPostgresStore({ pool, schema: db.schema }) })
-    const warm = owned(await engine.begin({ scope: 'u1', key: `${prefix}-warm`, fingerprint }))
-    await warm.complete(jsonResponse(201, '{}'), { writes: (tx: Queryable) => tx.query(mark(`${prefix}-warm`)).then(() => undefined) })
+    await owned(await engine.begin({ scope: 'u1', key: `${prefix}-warm-writes`, fingerprint })).complete(jsonResponse(201, '{}'), { writes: writeOne(`${prefix}-warm-writes`) })
+    await owned(await engine.begin({ scope: 'u1', key: `${prefix}-warm-in-tx`, fingerprint })).completeInTransaction(workWriting(`${prefix}-warm-in-tx`))
     return { engine, counts }
   }
 
@@ -157,7 +167,7 @@ describe('completions in a transaction of the store on a plain pool', () => {
     const { engine, counts } = await warmEngine('writes')
     const execution = owned(await engine.begin({ scope: 'u1', key: 'writes-measured', fingerprint }))
     counts.reset()
-    await execution.complete(jsonResponse(201, '{"id":"ch_w"}'), { writes: (tx: Queryable) => tx.query(mark('writes-measured')).then(() => undefined) })
+    await execution.complete(jsonResponse(201, '{"id":"ch_w"}'), { writes: writeOne('writes-measured') })
     // Was four: BEGIN, the completion, the write, the COMMIT.
     expect(counts).toMatchObject({ writes: 3, readies: 3 })
     expect(await marked('writes-measured')).toBe(1)
@@ -165,28 +175,51 @@ describe('completions in a transaction of the store on a plain pool', () => {
     expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_w"}')
   })
 
-  it("completeInTransaction: BEGIN with the work's first write, the completion, the COMMIT", async () => {
+  it("completeInTransaction: BEGIN with the work's first write, then the completion with the COMMIT", async () => {
     const { engine, counts } = await warmEngine('in-tx')
     const execution = owned(await engine.begin({ scope: 'u1', key: 'in-tx-measured', fingerprint }))
     counts.reset()
-    await execution.completeInTransaction(async (tx) => {
-      await tx.query(mark('in-tx-measured'))
-      return { response: jsonResponse(201, '{"id":"ch_t"}'), value: undefined }
-    })
+    await execution.completeInTransaction(workWriting('in-tx-measured', '{"id":"ch_t"}'))
     // Was four: BEGIN, the write, the completion, the COMMIT.
-    expect(counts).toMatchObject({ writes: 3, readies: 3 })
+    expect(counts).toMatchObject({ writes: 2, readies: 2 })
     expect(await marked('in-tx-measured')).toBe(1)
     const replay = await engine.begin({ scope: 'u1', key: 'in-tx-measured', fingerprint })
     expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_t"}')
   })
 
-  it('a lost fence still rolls back the write sent behind the completion that opened the transaction', async () => {
-    const { engine } = await warmEngine('lost')
-    const execution = owned(await engine.begin({ scope: 'u1', key: 'lost-measured', fingerprint }))
-    // Another holder's token: the fenced completion matches no row.
-    await db.pool.query(`UPDATE ${keyTable(db)} SET fence_token = gen_random_uuid() WHERE key = 'lost-measured'`)
-    const completing = execution.complete(jsonResponse(201, '{}'), { writes: (tx: Queryable) => tx.query(mark('lost-measured')).then(() => undefined) })
-    await expect(completing).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
-    expect(await marked('lost-measured')).toBe(0)
+  it('completeInTransaction whose work writes nothing: BEGIN, the completion and the COMMIT in one round trip', async () => {
+    const { engine, counts } = await warmEngine('in-tx-empty')
+    const execution = owned(await engine.begin({ scope: 'u1', key: 'in-tx-empty-measured', fingerprint }))
+    counts.reset()
+    await execution.completeInTransaction(workWriting(undefined, '{"id":"ch_e"}'))
+    expect(counts).toMatchObject({ writes: 1, readies: 1 })
+    const replay = await engine.begin({ scope: 'u1', key: 'in-tx-empty-measured', fingerprint })
+    expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_e"}')
   })
+
+  it('completeInTransaction on a pipelining pool: BEGIN and the write in one write, the completion with the COMMIT in a second', async () => {
+    const { engine, counts } = await warmEngine('in-tx-pipelined', true)
+    const execution = owned(await engine.begin({ scope: 'u1', key: 'in-tx-pipelined-measured', fingerprint }))
+    counts.reset()
+    await execution.completeInTransaction(workWriting('in-tx-pipelined-measured'))
+    // Was three writes and four answers: BEGIN with the write, the completion, the COMMIT.
+    expect(counts).toMatchObject({ writes: 2, readies: 3 })
+    expect(await marked('in-tx-pipelined-measured')).toBe(1)
+  })
+
+  for (const kind of ['writes', 'completeInTransaction'] as const) {
+    it(`a lost fence (${kind}): ONCELY_LOCK_LOST, and the write in the transaction is rolled back`, async () => {
+      const { engine } = await warmEngine(`lost-${kind}`)
+      const key = `lost-${kind}-measured`
+      const execution = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
+      // Another holder's token: the fenced completion matches no row.
+      await db.pool.query(`UPDATE ${keyTable(db)} SET fence_token = gen_random_uuid() WHERE key = $1`, [key])
+      const completing = kind === 'writes' ? execution.complete(jsonResponse(201, '{}'), { writes: writeOne(key) }) : execution.completeInTransaction(workWriting(key))
+      await expect(completing).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+      expect(await marked(key)).toBe(0)
+      // The other holder's claim is untouched.
+      const { rows } = await db.pool.query<{ status: string }>(`SELECT status FROM ${keyTable(db)} WHERE key = $1`, [key])
+      expect(rows).toEqual([{ status: 'in_progress' }])
+    })
+  }
 })

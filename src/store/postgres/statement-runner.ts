@@ -90,6 +90,22 @@ export function isStoreTransaction(db: Queryable): boolean {
   return openTransactions.has(db)
 }
 
+/** The handles of the store's own transactions (`transaction` with a timeout), by the connection that sends for them. */
+const ownTransactions = new WeakMap<Queryable, WatchedConnection>()
+
+/**
+ * For `tx`, an open transaction of the store's own: a handle whose statement is that
+ * transaction's last, sent with its COMMIT as one query with a single Sync where the connection
+ * takes it (one round trip for both), so the transaction's own COMMIT is then left out; where it
+ * cannot, the statement alone, the COMMIT following as usual. Undefined for any other handle:
+ * a caller's own transaction is never committed here. After a statement that fails, the COMMIT
+ * was skipped by the server and the transaction rolls back.
+ */
+export function lastStatementOf(tx: Queryable): Queryable | undefined {
+  const connection = openTransactions.has(tx) ? ownTransactions.get(tx) : undefined
+  return connection === undefined ? undefined : { query: <R>(config: QueryConfig) => connection.query<R>(config, true) }
+}
+
 /** Runs `work` with `tx` known as an open transaction (`isStoreTransaction`) until it settles. */
 export async function asOpenTransaction<T>(tx: Queryable, work: () => Promise<T>): Promise<T> {
   openTransactions.add(tx)
@@ -172,6 +188,7 @@ export async function transaction<T>(
   work: (tx: Queryable) => Promise<T>,
 ): Promise<T> {
   return onConnection(pool, timeoutMs, async (connection) => {
+    if (timeoutMs !== undefined) ownTransactions.set(connection.tx, connection)
     if (timeoutMs !== undefined && !isPipelining(connection.client)) return connection.inTransactionOpenedByFirst(begin.commands, work)
     const tx = timeoutMs === undefined ? connection.client : connection.tx
     // On a pipelining connection BEGIN is not awaited: corked, it leaves in one write with the
@@ -189,7 +206,7 @@ export async function transaction<T>(
       uncork()
       const result = await working
       await sent.answered
-      await tx.query({ text: 'COMMIT' })
+      if (!connection.committed) await tx.query({ text: 'COMMIT' })
       return result
     } catch (error) {
       // A corked ROLLBACK would never leave.
@@ -280,6 +297,8 @@ class WatchedConnection {
   #opening: readonly QueryConfig[] | undefined
   /** BEGIN has been handed to the connection, alone or with a statement: the transaction has to end. */
   #opened = false
+  /** The COMMIT has left with the transaction's last statement (`lastStatementOf`). */
+  committed = false
   readonly #onError = (error: unknown) => (this.broken ??= error)
 
   constructor(client: PoolClientLike, timeoutMs: number | undefined) {
@@ -297,8 +316,11 @@ class WatchedConnection {
    * connection still executing one (pg 9 refuses it), and would only have queued it, so the round
    * trips are the same. Behind a statement that broke the connection, nothing more is sent.
    */
-  query<R>(config: QueryConfig): Promise<QueryResult<R>> {
-    if (this.#pipelining) return new Promise((resolve, reject) => this.#sendThen<R>(config, (error, result) => (error === undefined ? resolve(result as QueryResult<R>) : reject(error))))
+  query<R>(config: QueryConfig, commit = false): Promise<QueryResult<R>> {
+    if (this.#pipelining) {
+      const withCommit = commit ? this.#sentWhole<R>(undefined, config, commit) : undefined
+      return withCommit ?? new Promise((resolve, reject) => this.#sendThen<R>(config, (error, result) => (error === undefined ? resolve(result as QueryResult<R>) : reject(error))))
+    }
     const opening = this.#takeOpening()
     return new Promise<QueryResult<R>>((resolve, reject) => {
       this.#waiting.push(() => {
@@ -307,8 +329,10 @@ class WatchedConnection {
           return
         }
         const done = (error: Error | undefined, result?: QueryResult<R>) => this.#answered(() => (error === undefined ? resolve(result as QueryResult<R>) : reject(error)))
-        if (opening === undefined) this.#sendThen<R>(config, done)
-        else this.#sendOpening<R>(opening, config, done)
+        const whole = this.#sentWhole<R>(opening, config, commit)
+        if (whole !== undefined) whole.then((result) => done(undefined, result), done)
+        else if (opening === undefined) this.#sendThen<R>(config, done)
+        else this.#sendThen({ text: opening.map((command) => command.text).join('; ') }, (error) => (error === undefined ? this.#sendThen<R>(config, done) : done(error)))
       })
       if (!this.#busy) this.#next()
     })
@@ -399,7 +423,7 @@ class WatchedConnection {
     this.#opening = begin.map((text) => ({ text }))
     try {
       const result = await asOpenTransaction(this.tx, () => work(this.tx))
-      if (this.#opened) await this.query({ text: 'COMMIT' })
+      if (this.#opened && !this.committed) await this.query({ text: 'COMMIT' })
       return result
     } catch (error) {
       if (this.#opened && this.broken === undefined) await this.#rollBack()
@@ -419,22 +443,19 @@ class WatchedConnection {
   }
 
   /**
-   * `begin`'s commands and `config` as one query with a single Sync, calling `done` with
-   * `config`'s result; BEGIN on its own first where the connection cannot take them that way, or
-   * where `config` asks for more than a plain statement (its own read timeout, another row mode):
-   * those go as node-postgres sends them.
+   * `config` with BEGIN's commands held back before it (`opening`) and the COMMIT after it
+   * (`commit`), as one query with a single Sync, resolving to `config`'s result; undefined, with
+   * nothing sent, when there is nothing to send with it, when the connection cannot take them so,
+   * or when `config` asks for more than a plain statement (its own read timeout, another row
+   * mode): then node-postgres sends them its own way, BEGIN alone first, the COMMIT later.
    */
-  #sendOpening<R>(begin: readonly QueryConfig[], config: QueryConfig, done: (error: Error | undefined, result?: QueryResult<R>) => void): void {
-    const whole = isPlainStatement(config) ? this.#inOneSync([...begin, config]) : undefined
-    if (whole !== undefined) {
-      whole.then(
-        (results) => done(undefined, results[begin.length] as QueryResult<R>),
-        (error: Error) => done(error),
-      )
-      return
-    }
-    const text = begin.map((command) => command.text).join('; ')
-    this.#sendThen({ text }, (error) => (error === undefined ? this.#sendThen<R>(config, done) : done(error)))
+  #sentWhole<R>(opening: readonly QueryConfig[] | undefined, config: QueryConfig, commit: boolean): Promise<QueryResult<R>> | undefined {
+    if ((opening === undefined && !commit) || !isPlainStatement(config)) return undefined
+    const before = opening ?? []
+    const whole = this.#inOneSync(commit ? [...before, config, { text: 'COMMIT' }] : [...before, config])
+    if (whole === undefined) return undefined
+    this.committed ||= commit
+    return whole.then((results) => results[before.length] as QueryResult<R>)
   }
 
   /** `commands` one after another, each once the one before has answered: the first failure stops them. */

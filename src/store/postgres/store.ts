@@ -8,7 +8,7 @@ import { claimOf, keyRowFromJson, newClaimOf, snapshotOf } from './key-rows.js'
 import { isTransientPgError, SQLSTATE, sqlState } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 import { ClaimWatcher } from './claim-watcher.js'
-import { beginOf, bind, flight, send, transaction } from './statement-runner.js'
+import { beginOf, bind, flight, lastStatementOf, send, transaction } from './statement-runner.js'
 import { batchedWrites, completionValues } from './batched-writes.js'
 import { buildStatements, type HeldRow, type KeyRow, type Statement } from './statements.js'
 
@@ -183,19 +183,18 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     },
     async complete(fence: Fence, completion: StoreCompletion<Queryable>) {
       const { statements } = completion
+      const inFlight = [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel]
       if (statements === undefined) {
         const { tx } = completion
-        return tx === undefined ? writes.complete(fence, completion) : fenced(tx, sql.complete, fence, [...completionValues(completion), channel])
+        if (tx === undefined) return writes.complete(fence, completion)
+        // The last statement of the store's own transaction leaves with its COMMIT: the fence is
+        // then checked in the database (completeInFlight), since nothing waits for its row count.
+        const last = completion.commit === true ? lastStatementOf(tx) : undefined
+        if (last === undefined) return fenced(tx, sql.complete, fence, [...completionValues(completion), channel])
+        return fenceHeld(run(last, sql.completeInFlight, inFlight))
       }
-      const first = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel])
-      try {
-        await flight(pool, begin.commands, timeoutMs, [first, ...statements])
-        return true
-      } catch (error) {
-        // The completion is the flight's first statement: when it failed, its error is the one thrown.
-        if (sqlState(error) === SQLSTATE.fenceLost) return false
-        throw error
-      }
+      // The completion is the flight's first statement: when it failed, its error is the one thrown.
+      return fenceHeld(flight(pool, begin.commands, timeoutMs, [bind(sql.completeInFlight, inFlight), ...statements]))
     },
     async transaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T> {
       return transaction(pool, begin, timeoutMs, work)
@@ -226,6 +225,17 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       return result.rows[0]?.count ?? 0
     },
   })
+}
+
+/** True once `completing` (a completion that fails in the database on a lost fence) landed; false on that failure. */
+async function fenceHeld(completing: Promise<unknown>): Promise<boolean> {
+  try {
+    await completing
+    return true
+  } catch (error) {
+    if (sqlState(error) === SQLSTATE.fenceLost) return false
+    throw error
+  }
 }
 
 /** A `pg.Pool`'s `max`, or Infinity for a pool that does not say. */
