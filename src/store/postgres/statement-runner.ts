@@ -178,7 +178,7 @@ const PLAIN_BEGIN = beginOf(['BEGIN'])
  * the pool's own client, all of its API. On a pipelining connection, a `work` that sends its
  * statements without awaiting each other has them leave with BEGIN in one write. On a store's
  * transaction over a connection that does not pipeline, BEGIN's commands wait for `work`'s first
- * statement and leave with it (`WatchedConnection.openWithFirst`); a `work` that sent nothing
+ * statement and leave with it (`WatchedConnection.inTransactionOpenedByFirst`); a `work` that sent nothing
  * opened nothing, and nothing is committed or rolled back.
  */
 export async function transaction<T>(

@@ -182,19 +182,18 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       return fenced(pool, sql.renewLease, fence, [ttlMs])
     },
     async complete(fence: Fence, completion: StoreCompletion<Queryable>) {
-      const { statements } = completion
-      const inFlight = [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel]
-      if (statements === undefined) {
-        const { tx } = completion
-        if (tx === undefined) return writes.complete(fence, completion)
-        // The last statement of the store's own transaction leaves with its COMMIT: the fence is
-        // then checked in the database (completeInFlight), since nothing waits for its row count.
-        const last = completion.commit === true ? lastStatementOf(tx) : undefined
-        if (last === undefined) return fenced(tx, sql.complete, fence, [...completionValues(completion), channel])
-        return fenceHeld(run(last, sql.completeInFlight, inFlight))
+      const { statements, tx } = completion
+      if (statements !== undefined) {
+        // The completion is the flight's first statement: when it failed, its error is the one thrown.
+        const first = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel])
+        return fenceHeld(flight(pool, begin.commands, timeoutMs, [first, ...statements]))
       }
-      // The completion is the flight's first statement: when it failed, its error is the one thrown.
-      return fenceHeld(flight(pool, begin.commands, timeoutMs, [bind(sql.completeInFlight, inFlight), ...statements]))
+      if (tx === undefined) return writes.complete(fence, completion)
+      // The last statement of the store's own transaction leaves with its COMMIT: the fence is
+      // then checked in the database (completeInFlight), since nothing waits for its row count.
+      const last = completion.commit === true ? lastStatementOf(tx) : undefined
+      if (last !== undefined) return fenceHeld(run(last, sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel]))
+      return fenced(tx, sql.complete, fence, [...completionValues(completion), channel])
     },
     async transaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T> {
       return transaction(pool, begin, timeoutMs, work)
