@@ -1,7 +1,7 @@
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { OncelyError, createEngine, engineChannelName, fingerprintRequest, isOncelyError, type EngineEvent } from '../../src/index.js'
+import { OncelyError, createEngine, engineChannelName, fingerprintRequest, isOncelyError, type EngineEvent, type Execution } from '../../src/index.js'
 import { createPostgresStore, withTransaction, type PostgresStore, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js'
@@ -309,29 +309,37 @@ describe('the database away past the lease (issue 8, path 4)', () => {
   })
 })
 
+/**
+ * An engine whose first completion transaction fails transiently once its work and completion
+ * ran; with `ignoringCommit`, on a store that sends the COMMIT only once the work ended (it ignores
+ * `commit`, as a store may), so that failure comes before the COMMIT left.
+ */
+function failingOnceAfterWork(ignoringCommit: boolean) {
+  const tries = { attempts: 0, runs: 0 }
+  const engine = engineWith((store) => ({
+    ...(ignoringCommit ? { complete: (fence, { commit: _commit, ...completion }) => store.complete(fence, completion) } : {}),
+    transaction: (run) =>
+      store.transaction(async (tx) => {
+        const value = await run(tx)
+        if (++tries.attempts === 1) throw transient()
+        return value
+      }),
+  }))
+  const chargeInTransaction = (execution: Execution<Queryable>, id: string) =>
+    execution.completeInTransaction(async (tx) => {
+      tries.runs++
+      await tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: [id] })
+      return { response: jsonResponse(201, '{}'), value: id }
+    })
+  return { engine, tries, chargeInTransaction }
+}
+
 describe('a completion transaction that failed transiently before its COMMIT landed', () => {
   it('runs its work again and commits: the row is read back and not taken for landed', async () => {
-    let attempts = 0
-    const engine = engineWith((store) => ({
-      // A store that sends the COMMIT only once the work ended (it ignores `commit`, as a store may).
-      complete: (fence, { commit: _commit, ...completion }) => store.complete(fence, completion),
-      transaction: (run) =>
-        store.transaction(async (tx) => {
-          const value = await run(tx)
-          attempts++
-          // The first attempt's COMMIT never leaves: the transaction rolls back.
-          if (attempts === 1) throw transient()
-          return value
-        }),
-    }))
+    const { engine, tries, chargeInTransaction } = failingOnceAfterWork(true)
     const execution = owned(await engine.begin(input('not-landed')))
-    let runs = 0
-    const value = await execution.completeInTransaction(async (tx) => {
-      runs++
-      await tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: ['ch_not_landed'] })
-      return { response: jsonResponse(201, '{}'), value: 'ch_not_landed' }
-    })
-    expect({ value, runs, state: execution.state }).toEqual({ value: 'ch_not_landed', runs: 2, state: 'completed' })
+    const value = await chargeInTransaction(execution, 'ch_not_landed')
+    expect({ value, runs: tries.runs, state: execution.state }).toEqual({ value: 'ch_not_landed', runs: 2, state: 'completed' })
     expect((await row('not-landed'))?.status).toBe('completed')
     expect(await charges('ch_not_landed')).toBe(1)
   })
@@ -339,25 +347,10 @@ describe('a completion transaction that failed transiently before its COMMIT lan
 
 describe('a completion that left with its COMMIT (issue 21), then a transient error', () => {
   it('is read back as landed: the work does not run again, its value is returned, the row written once', async () => {
-    let attempts = 0
-    const engine = engineWith((store) => ({
-      transaction: (run) =>
-        store.transaction(async (tx) => {
-          const value = await run(tx)
-          attempts++
-          // The completion went with the COMMIT: this failure comes after it landed.
-          if (attempts === 1) throw transient()
-          return value
-        }),
-    }))
+    const { engine, tries, chargeInTransaction } = failingOnceAfterWork(false)
     const execution = owned(await engine.begin(input('landed-with-commit')))
-    let runs = 0
-    const value = await execution.completeInTransaction(async (tx) => {
-      runs++
-      await tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: ['ch_landed_with_commit'] })
-      return { response: jsonResponse(201, '{}'), value: 'ch_landed_with_commit' }
-    })
-    expect({ value, runs, attempts, state: execution.state }).toEqual({ value: 'ch_landed_with_commit', runs: 1, attempts: 1, state: 'completed' })
+    const value = await chargeInTransaction(execution, 'ch_landed_with_commit')
+    expect({ value, ...tries, state: execution.state }).toEqual({ value: 'ch_landed_with_commit', runs: 1, attempts: 1, state: 'completed' })
     expect((await row('landed-with-commit'))?.status).toBe('completed')
     expect(await charges('ch_landed_with_commit')).toBe(1)
   })

@@ -1,6 +1,6 @@
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createEngine, fingerprintRequest } from '../../src/index.js'
+import { createEngine, fingerprintRequest, type Execution } from '../../src/index.js'
 import { createPostgresStore, type Queryable, type QueryConfig } from '../../src/store/postgres/index.js'
 import { beginOf, transaction } from '../../src/store/postgres/statement-runner.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
@@ -163,48 +163,46 @@ describe('completions in a transaction of the store on a plain pool', () => {
     return { engine, counts }
   }
 
-  it('complete(response, { writes }): BEGIN and the fenced completion in one round trip, the write, the COMMIT', async () => {
-    const { engine, counts } = await warmEngine('writes')
-    const execution = owned(await engine.begin({ scope: 'u1', key: 'writes-measured', fingerprint }))
+  /** A fresh key of a warmed engine, completed by `complete`, the counts reset just before it. */
+  async function measured(prefix: string, complete: (execution: Execution<Queryable>, key: string) => Promise<unknown>, pipeline = false) {
+    const { engine, counts } = await warmEngine(prefix, pipeline)
+    const key = `${prefix}-measured`
+    const execution = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
     counts.reset()
-    await execution.complete(jsonResponse(201, '{"id":"ch_w"}'), { writes: writeOne('writes-measured') })
+    await complete(execution, key)
+    const completing = { writes: counts.writes, readies: counts.readies }
+    const replay = await engine.begin({ scope: 'u1', key, fingerprint })
+    return { counts: completing, key, replayed: replay.kind === 'replay' ? Buffer.from(replay.response.body).toString() : replay.kind }
+  }
+
+  it('complete(response, { writes }): BEGIN and the fenced completion in one round trip, the write, the COMMIT', async () => {
+    const { counts, key, replayed } = await measured('writes', (execution, key) => execution.complete(jsonResponse(201, '{"id":"ch_w"}'), { writes: writeOne(key) }))
     // Was four: BEGIN, the completion, the write, the COMMIT.
     expect(counts).toMatchObject({ writes: 3, readies: 3 })
-    expect(await marked('writes-measured')).toBe(1)
-    const replay = await engine.begin({ scope: 'u1', key: 'writes-measured', fingerprint })
-    expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_w"}')
+    expect(await marked(key)).toBe(1)
+    expect(replayed).toBe('{"id":"ch_w"}')
   })
 
   it("completeInTransaction: BEGIN with the work's first write, then the completion with the COMMIT", async () => {
-    const { engine, counts } = await warmEngine('in-tx')
-    const execution = owned(await engine.begin({ scope: 'u1', key: 'in-tx-measured', fingerprint }))
-    counts.reset()
-    await execution.completeInTransaction(workWriting('in-tx-measured', '{"id":"ch_t"}'))
+    const { counts, key, replayed } = await measured('in-tx', (execution, key) => execution.completeInTransaction(workWriting(key, '{"id":"ch_t"}')))
     // Was four: BEGIN, the write, the completion, the COMMIT.
     expect(counts).toMatchObject({ writes: 2, readies: 2 })
-    expect(await marked('in-tx-measured')).toBe(1)
-    const replay = await engine.begin({ scope: 'u1', key: 'in-tx-measured', fingerprint })
-    expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_t"}')
+    expect(await marked(key)).toBe(1)
+    expect(replayed).toBe('{"id":"ch_t"}')
   })
 
   it('completeInTransaction whose work writes nothing: BEGIN, the completion and the COMMIT in one round trip', async () => {
-    const { engine, counts } = await warmEngine('in-tx-empty')
-    const execution = owned(await engine.begin({ scope: 'u1', key: 'in-tx-empty-measured', fingerprint }))
-    counts.reset()
-    await execution.completeInTransaction(workWriting(undefined, '{"id":"ch_e"}'))
+    const { counts, replayed } = await measured('in-tx-empty', (execution) => execution.completeInTransaction(workWriting(undefined, '{"id":"ch_e"}')))
     expect(counts).toMatchObject({ writes: 1, readies: 1 })
-    const replay = await engine.begin({ scope: 'u1', key: 'in-tx-empty-measured', fingerprint })
-    expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_e"}')
+    expect(replayed).toBe('{"id":"ch_e"}')
   })
 
   it('completeInTransaction on a pipelining pool: BEGIN and the write in one write, the completion with the COMMIT in a second', async () => {
-    const { engine, counts } = await warmEngine('in-tx-pipelined', true)
-    const execution = owned(await engine.begin({ scope: 'u1', key: 'in-tx-pipelined-measured', fingerprint }))
-    counts.reset()
-    await execution.completeInTransaction(workWriting('in-tx-pipelined-measured'))
+    const { counts, key, replayed } = await measured('in-tx-pipelined', (execution, key) => execution.completeInTransaction(workWriting(key, '{"id":"ch_p"}')), true)
     // Was three writes and four answers: BEGIN with the write, the completion, the COMMIT.
     expect(counts).toMatchObject({ writes: 2, readies: 3 })
-    expect(await marked('in-tx-pipelined-measured')).toBe(1)
+    expect(await marked(key)).toBe(1)
+    expect(replayed).toBe('{"id":"ch_p"}')
   })
 
   for (const kind of ['writes', 'completeInTransaction'] as const) {
