@@ -205,10 +205,14 @@ describe('completions in a transaction of the store on a plain pool', () => {
     expect(replayed).toBe('{"id":"ch_p"}')
   })
 
-  for (const kind of ['writes', 'completeInTransaction'] as const) {
-    it(`a lost fence (${kind}): ONCELY_LOCK_LOST, and the write in the transaction is rolled back`, async () => {
-      const { engine } = await warmEngine(`lost-${kind}`)
-      const key = `lost-${kind}-measured`
+  for (const [kind, pipeline] of [
+    ['writes', false],
+    ['completeInTransaction', false],
+    ['completeInTransaction', true],
+  ] as const) {
+    it(`a lost fence (${kind}, ${pipeline ? 'pipelining' : 'plain'} pool): ONCELY_LOCK_LOST, and the write in the transaction is rolled back`, async () => {
+      const { engine } = await warmEngine(`lost-${kind}-${pipeline}`, pipeline)
+      const key = `lost-${kind}-${pipeline}-measured`
       const execution = owned(await engine.begin({ scope: 'u1', key, fingerprint }))
       // Another holder's token: the fenced completion matches no row.
       await db.pool.query(`UPDATE ${keyTable(db)} SET fence_token = gen_random_uuid() WHERE key = $1`, [key])
@@ -218,6 +222,10 @@ describe('completions in a transaction of the store on a plain pool', () => {
       // The other holder's claim is untouched.
       const { rows } = await db.pool.query<{ status: string }>(`SELECT status FROM ${keyTable(db)} WHERE key = $1`, [key])
       expect(rows).toEqual([{ status: 'in_progress' }])
+      // The pool's one connection was not left inside the aborted transaction: the next key completes on it.
+      const next = `${key}-next`
+      await owned(await engine.begin({ scope: 'u1', key: next, fingerprint })).completeInTransaction(workWriting(next))
+      expect(await marked(next)).toBe(1)
     })
   }
 })
