@@ -2,7 +2,7 @@ import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, type WriteStatement } from '../../src/index.js'
 import { createOutbox, createRelay } from '../../src/outbox/index.js'
-import { createPostgresStore, sqlState } from '../../src/store/postgres/index.js'
+import { createPostgresStore, sqlState, type Queryable } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { ageClaim, jsonResponse, keyTable, owned, storeClaim } from '../helpers/engine.js'
 import { recordingPublisher } from '../outbox/support/recording-publisher.js'
@@ -78,6 +78,23 @@ describe.runIf(runs)('behind PgBouncer in transaction mode', () => {
     })
     const { rows } = await db.pool.query<{ status: string; interrupted: boolean }>(`SELECT status, interrupted FROM ${keyTable(db)} WHERE scope = 'ub' AND key = 'bounce-2'`)
     expect(rows).toEqual([{ status: 'completed', interrupted: true }])
+  })
+
+  it('with preparedStatements: false, completeInTransaction: BEGIN leaves with the first write and the completion with the COMMIT; a lost fence rolls the write back', async () => {
+    const engine = createEngine({ store: createPostgresStore({ pool: poolOn(2), schema: db.schema, preparedStatements: false }) })
+    const charge = (id: string) => async (tx: Queryable) => {
+      await tx.query({ text: 'INSERT INTO charges (id, user_id) VALUES ($1, $2)', values: [id, 'ub'] })
+      return { response: jsonResponse(201, `{"id":"${id}"}`), value: id }
+    }
+    const execution = owned(await engine.begin({ scope: 'ub', key: 'bounce-3', fingerprint: 'fp' }))
+    await expect(execution.completeInTransaction(charge('ch_bounce_3'))).resolves.toBe('ch_bounce_3')
+    const lost = owned(await engine.begin({ scope: 'ub', key: 'bounce-4', fingerprint: 'fp' }))
+    await db.pool.query(`UPDATE ${keyTable(db)} SET fence_token = gen_random_uuid() WHERE scope = 'ub' AND key = 'bounce-4'`)
+    await expect(lost.completeInTransaction(charge('ch_bounce_4'))).rejects.toMatchObject({ code: 'ONCELY_LOCK_LOST' })
+    const { rows } = await db.pool.query<{ id: string }>(`SELECT id FROM charges WHERE id IN ('ch_bounce_3', 'ch_bounce_4') ORDER BY id`)
+    expect(rows).toEqual([{ id: 'ch_bounce_3' }])
+    const replay = await engine.begin({ scope: 'ub', key: 'bounce-3', fingerprint: 'fp' })
+    expect(replay.kind === 'replay' && Buffer.from(replay.response.body).toString()).toBe('{"id":"ch_bounce_3"}')
   })
 
   it('the outbox and two relays (listen: false, preparedStatements: false) publish every event once', async () => {
