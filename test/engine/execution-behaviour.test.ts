@@ -368,29 +368,32 @@ describe('a write whose answer was lost is recognised as this worker’s own (is
     expect(await row('lost-answer-release')).toBeUndefined()
   })
 
-  it('completeInTransaction, its completion sent with the COMMIT (issue 21): read back as landed, the work not run again', async () => {
+  it.each([
+    ['plain', false],
+    ['pipelining', true],
+  ])('completeInTransaction on a %s pool, its completion sent with the COMMIT (issue 21): read back as landed, the work not run again', async (kind, pipeline) => {
     // One connection, its completion statement prepared by a first completeInTransaction.
-    const pool = new pg.Pool({ connectionString: proxy.url, max: 1 })
+    const pool = new pg.Pool({ connectionString: proxy.url, max: 1, pipeline })
     pool.on('error', () => undefined)
     try {
       const engine = createEngine({ store: createPostgresStore({ pool, schema: db.schema }), staleAfterMs: 60_000 })
       const insert = (tx: Queryable, id: string) => tx.query({ text: 'INSERT INTO charges (id) VALUES ($1)', values: [id] })
-      await owned(await engine.begin(input('lost-answer-in-tx-warm'))).completeInTransaction(async (tx) => {
-        await insert(tx, 'ch_lost_answer_warm')
+      await owned(await engine.begin(input(`lost-answer-in-tx-warm-${kind}`))).completeInTransaction(async (tx) => {
+        await insert(tx, `ch_lost_answer_warm_${kind}`)
         return { response: jsonResponse(201, '{}'), value: undefined }
       })
-      const execution = owned(await engine.begin(input('lost-answer-in-tx')))
+      const execution = owned(await engine.begin(input(`lost-answer-in-tx-${kind}`)))
       // The answer to the completion and its COMMIT is dropped and the connection cut: both ran.
       const cut = proxy.cutNextAnswer({ to: '_complete_in_flight' })
       let runs = 0
       const value = await execution.completeInTransaction(async (tx) => {
         runs++
-        await insert(tx, 'ch_lost_answer_in_tx')
-        return { response: jsonResponse(201, '{}'), value: 'ch_lost_answer_in_tx' }
+        await insert(tx, `ch_lost_answer_in_tx_${kind}`)
+        return { response: jsonResponse(201, '{}'), value: `ch_lost_answer_in_tx_${kind}` }
       })
       await cut
-      expect({ value, runs, state: execution.state }).toEqual({ value: 'ch_lost_answer_in_tx', runs: 1, state: 'completed' })
-      expect(await charges('ch_lost_answer_in_tx')).toBe(1)
+      expect({ value, runs, state: execution.state }).toEqual({ value: `ch_lost_answer_in_tx_${kind}`, runs: 1, state: 'completed' })
+      expect(await charges(`ch_lost_answer_in_tx_${kind}`)).toBe(1)
     } finally {
       await pool.end()
     }

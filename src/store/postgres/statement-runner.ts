@@ -189,7 +189,7 @@ export async function transaction<T>(
 ): Promise<T> {
   return onConnection(pool, timeoutMs, async (connection) => {
     if (timeoutMs !== undefined) ownTransactions.set(connection.tx, connection)
-    if (timeoutMs !== undefined && !isPipelining(connection.client)) return connection.inTransactionOpenedByFirst(begin.commands, work)
+    if (timeoutMs !== undefined && !isPipelining(connection.client)) return connection.inTransactionOpenedByFirst(begin, work)
     const tx = timeoutMs === undefined ? connection.client : connection.tx
     // On a pipelining connection BEGIN is not awaited: corked, it leaves in one write with the
     // statements `work` sends before its first await, not in a write of its own (issue 21).
@@ -293,8 +293,8 @@ class WatchedConnection {
   /** Statements held back until the one before has answered, on a connection that does not pipeline. */
   readonly #waiting: Array<() => void> = []
   #busy = false
-  /** BEGIN's commands, held back to leave with the transaction's first statement (`inTransactionOpenedByFirst`). */
-  #opening: readonly QueryConfig[] | undefined
+  /** BEGIN, held back to leave with the transaction's first statement (`inTransactionOpenedByFirst`). */
+  #opening: Begin | undefined
   /** BEGIN has been handed to the connection, alone or with a statement: the transaction has to end. */
   #opened = false
   /** The COMMIT has left with the transaction's last statement (`lastStatementOf`). */
@@ -332,7 +332,7 @@ class WatchedConnection {
         const whole = this.#sentWhole<R>(opening, config, commit)
         if (whole !== undefined) whole.then((result) => done(undefined, result), done)
         else if (opening === undefined) this.#sendThen<R>(config, done)
-        else this.#sendThen({ text: opening.map((command) => command.text).join('; ') }, (error) => (error === undefined ? this.#sendThen<R>(config, done) : done(error)))
+        else this.#sendThen({ text: opening.text }, (error) => (error === undefined ? this.#sendThen<R>(config, done) : done(error)))
       })
       if (!this.#busy) this.#next()
     })
@@ -419,8 +419,8 @@ class WatchedConnection {
    * own; where it cannot, BEGIN goes first, as before. A `work` that sent nothing opened nothing:
    * no COMMIT, no ROLLBACK. Any failure is rolled back, on a connection still whole, and thrown.
    */
-  async inTransactionOpenedByFirst<T>(begin: readonly string[], work: (tx: Queryable) => Promise<T>): Promise<T> {
-    this.#opening = begin.map((text) => ({ text }))
+  async inTransactionOpenedByFirst<T>(begin: Begin, work: (tx: Queryable) => Promise<T>): Promise<T> {
+    this.#opening = begin
     try {
       const result = await asOpenTransaction(this.tx, () => work(this.tx))
       if (this.#opened && !this.committed) await this.query({ text: 'COMMIT' })
@@ -433,8 +433,8 @@ class WatchedConnection {
     }
   }
 
-  /** BEGIN's commands when they are still held back: the statement asking leaves with them. */
-  #takeOpening(): readonly QueryConfig[] | undefined {
+  /** BEGIN when it is still held back: the statement asking leaves with it. */
+  #takeOpening(): Begin | undefined {
     const opening = this.#opening
     if (opening === undefined) return undefined
     this.#opening = undefined
@@ -449,9 +449,9 @@ class WatchedConnection {
    * or when `config` asks for more than a plain statement (its own read timeout, another row
    * mode): then node-postgres sends them its own way, BEGIN alone first, the COMMIT later.
    */
-  #sentWhole<R>(opening: readonly QueryConfig[] | undefined, config: QueryConfig, commit: boolean): Promise<QueryResult<R>> | undefined {
+  #sentWhole<R>(opening: Begin | undefined, config: QueryConfig, commit: boolean): Promise<QueryResult<R>> | undefined {
     if ((opening === undefined && !commit) || !isPlainStatement(config)) return undefined
-    const before = opening ?? []
+    const before = opening === undefined ? [] : opening.commands.map((text) => ({ text }))
     const whole = this.#inOneSync(commit ? [...before, config, { text: 'COMMIT' }] : [...before, config])
     if (whole === undefined) return undefined
     this.committed ||= commit
