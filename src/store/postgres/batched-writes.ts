@@ -1,13 +1,15 @@
 /**
  * The claims, step writes and completions the store sends on its pool, batched when they arrive
  * together (issue 21, `natural-batch.ts`): a lone one is its own statement; several share one
- * statement, one round trip and one commit, each decided as it would be alone.
+ * statement, one round trip and one commit, each decided as it would be alone. Completions that
+ * carry the caller's writes are flights; several share one transaction.
  */
 import type { ClaimRequest, Fence, FinalOutcome } from '../../engine/store.js'
+import type { WriteStatement } from '../../engine/types.js'
 import type { PoolLike } from './executor.js'
 import { eachAlone, NaturalBatch, type Settled } from '../../natural-batch.js'
-import { isTransientPgError, sqlState } from './pg-errors.js'
-import { bind, send } from './statement-runner.js'
+import { isTransientPgError, SQLSTATE, sqlState } from './pg-errors.js'
+import { bind, flight, send } from './statement-runner.js'
 import type { ClaimBatchInput, ClaimBatchRow, ClaimRow, CompletionBatchInput, Statement, Statements, StepBatchInput } from './statements.js'
 
 export interface BatchedWritesOptions {
@@ -17,8 +19,10 @@ export interface BatchedWritesOptions {
   lockTimeoutMs: number
   /** The key channel a completion wakes waiters on. */
   channel: string
-  /** The most claims, and completions, one statement carries. */
+  /** The most claims, and completions, one statement carries; the most flights one transaction carries. */
   maxBatchSize: number
+  /** BEGIN and the SET LOCALs that open a flight's transaction. */
+  begin: readonly string[]
 }
 
 /** What a claim statement answered for one claim, and when it was sent. */
@@ -48,8 +52,30 @@ async function orEachAlone<In, Out>(inputs: In[], batch: () => Promise<Array<Set
   }
 }
 
+/**
+ * True when `error` proves its transaction rolled back: PostgreSQL refused a statement or the
+ * COMMIT (it has a SQLSTATE) and the connection is still there. A lost connection (no SQLSTATE,
+ * class 08, a backend terminated or shut down) may come after the COMMIT landed: only reading
+ * the rows back can tell.
+ */
+function rolledBack(error: unknown): boolean {
+  const code = sqlState(error)
+  return code !== undefined && !code.startsWith('08') && code !== SQLSTATE.adminShutdown && code !== SQLSTATE.crashShutdown
+}
+
+/** True once `completing` (a flight whose completion fails in the database on a lost fence, ON001) landed; false on that failure. */
+export async function fenceHeld(completing: Promise<unknown>): Promise<boolean> {
+  try {
+    await completing
+    return true
+  } catch (error) {
+    if (sqlState(error) === SQLSTATE.fenceLost) return false
+    throw error
+  }
+}
+
 export function batchedWrites(options: BatchedWritesOptions) {
-  const { pool, sql, timeoutMs, lockTimeoutMs, channel, maxBatchSize } = options
+  const { pool, sql, timeoutMs, lockTimeoutMs, channel, maxBatchSize, begin } = options
   const sendOn = <R>(statement: Statement, values: unknown[], what: string, onLate?: (late: { rows: R[] }) => void) =>
     send<R>(pool, bind(statement, values, timeoutMs), timeoutMs, what, onLate)
 
@@ -135,6 +161,28 @@ export function batchedWrites(options: BatchedWritesOptions) {
     })
     return (write: StepWrite): Promise<boolean> => (stepBytes(write) > MAX_BATCHED_BODY_BYTES ? writeAlone(write) : batch.submit(write))
   }
+  // A completion with the caller's writes is a flight: BEGIN, the fenced completion (which fails
+  // with ON001 on a lost fence), the writes and COMMIT, sent at once. The flights that arrive while
+  // one is in flight leave together as one transaction (issue 21): one round trip, one commit and
+  // one BEGIN for all of them, where each alone cost the database a transaction, and, when they
+  // write the same ordering key's events, one wait for its lock instead of one each. Each still
+  // commits with its own writes or not at all (Invariant 8). When PostgreSQL refuses any of them
+  // (a lost fence, a write it rejects, a lock or statement timeout, a deadlock), the whole
+  // transaction rolled back and each flight is sent again alone, to be decided as it would have
+  // been alone. A lost connection fails every flight of the transaction with it: they committed
+  // together or not at all, and each engine reads its own key back.
+  const flightAlone = (statements: readonly WriteStatement[]) => fenceHeld(flight(pool, begin, timeoutMs, statements))
+  const flights = new NaturalBatch<readonly WriteStatement[], boolean>(maxBatchSize, async (batch) => {
+    if (batch.length === 1) return eachAlone(batch, flightAlone)
+    try {
+      await flight(pool, begin, timeoutMs, batch.flat())
+    } catch (error) {
+      if (!rolledBack(error)) throw error
+      return eachAlone(batch, flightAlone)
+    }
+    return batch.map((): Settled<boolean> => ({ ok: true, value: true }))
+  })
+
   const commitStep = stepWrites(sql.commitStep, sql.commitStepBatch, 'the step')
   const markStepStarted = stepWrites(sql.markStepStarted, sql.markStepStartedBatch, 'the step mark')
 
@@ -147,6 +195,12 @@ export function batchedWrites(options: BatchedWritesOptions) {
       markStepStarted({ fence, values: [step, carriedJson, recoveryPoint], input: { step, carried: carriedJson, recovery_point: recoveryPoint } }),
     /** One claim round: the key's row as the claim statement answers it, batched with the claims that arrived meanwhile. */
     claim: (request: ClaimRequest): Promise<ClaimAnswer> => claims.submit(request),
+    /**
+     * A flight whose first statement is the fenced completion (`completeInFlight`) and the rest
+     * the caller's writes, batched with the flights that arrive meanwhile: true once it committed,
+     * false when the caller's token no longer held the claim (nothing of it committed).
+     */
+    completeInFlight: (statements: readonly WriteStatement[]): Promise<boolean> => flights.submit(statements),
     /** A fenced completion on the pool: true when the caller's token still held the claim. */
     complete: (fence: Fence, outcome: FinalOutcome): Promise<boolean> =>
       outcome.response.body.byteLength > MAX_BATCHED_BODY_BYTES ? completeAlone({ fence, outcome }) : completions.submit({ fence, outcome }),

@@ -5,11 +5,11 @@ import type { CarriedSteps, ClaimRequest, Fence, IdempotencyStore, ReclaimInput,
 import type { ClaimAttempt, ClaimSnapshot, ClaimState, WriteStatement } from '../../engine/types.js'
 import { toQueryConfig, type PoolLike, type Queryable } from './executor.js'
 import { claimOf, keyRowFromJson, newClaimOf, snapshotOf } from './key-rows.js'
-import { isTransientPgError, SQLSTATE, sqlState } from './pg-errors.js'
+import { isTransientPgError } from './pg-errors.js'
 import { DEFAULT_SCHEMA, quoteSchema } from './schema-name.js'
 import { ClaimWatcher } from './claim-watcher.js'
-import { beginOf, bind, flight, lastStatementOf, send, transaction } from './statement-runner.js'
-import { batchedWrites, completionValues } from './batched-writes.js'
+import { beginOf, bind, lastStatementOf, send, transaction } from './statement-runner.js'
+import { batchedWrites, completionValues, fenceHeld } from './batched-writes.js'
 import { buildStatements, type HeldRow, type KeyRow, type Statement } from './statements.js'
 
 export interface PostgresStoreOptions {
@@ -51,9 +51,13 @@ export interface PostgresStoreOptions {
    * statement, one round trip and one commit, each still decided by the key's unique index
    * (Invariant 1). Completions on the pool (not inside your transaction, nor a flight with your
    * writes), step commits and at-most-once step marks are batched the same way, each fenced by
-   * its own token (Invariant 3); one whose body, or step result, is over 16 KiB is sent alone. A lone request waits for nothing; under load the database
-   * commits once per batch, not once per request. 1 sends each on its own; at most 1000.
-   * (Default: 64)
+   * its own token (Invariant 3); one whose body, or step result, is over 16 KiB is sent alone.
+   * Flights (`complete(response, { statements })`) that arrive while one is in flight leave
+   * together as one transaction, at most this many; when PostgreSQL refuses a statement of one
+   * of them (a lost fence, a write it rejects, a lock timeout), each is sent again alone, so only
+   * that one fails, and a write that waits on a lock holds up those batched with it until
+   * `lockTimeoutMs`. A lone request waits for nothing; under load the database commits once per
+   * batch, not once per request. 1 sends each on its own; at most 1000. (Default: 64)
    */
   maxBatchSize?: number
 }
@@ -129,7 +133,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     const { rows } = await run<HeldRow>(pool, statement, values)
     return rows[0] ? claimOf(scope, key, rows[0]) : null
   }
-  const writes = batchedWrites({ pool, sql, timeoutMs, lockTimeoutMs, channel, maxBatchSize })
+  const writes = batchedWrites({ pool, sql, timeoutMs, lockTimeoutMs, channel, maxBatchSize, begin: begin.commands })
   // A pool of one connection cannot lend it to LISTEN: its waiters could then never read.
   const watcher =
     listen === false || (listen === true && poolSize(pool) < 2)
@@ -186,7 +190,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       if (statements !== undefined) {
         // The completion is the flight's first statement: when it failed, its error is the one thrown.
         const first = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel])
-        return fenceHeld(flight(pool, begin.commands, timeoutMs, [first, ...statements]))
+        return writes.completeInFlight([first, ...statements])
       }
       if (tx === undefined) return writes.complete(fence, completion)
       // The last statement of the store's own transaction leaves with its COMMIT: the fence is
@@ -224,17 +228,6 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       return result.rows[0]?.count ?? 0
     },
   })
-}
-
-/** True once `completing` (a completion that fails in the database on a lost fence) landed; false on that failure. */
-async function fenceHeld(completing: Promise<unknown>): Promise<boolean> {
-  try {
-    await completing
-    return true
-  } catch (error) {
-    if (sqlState(error) === SQLSTATE.fenceLost) return false
-    throw error
-  }
 }
 
 /** A `pg.Pool`'s `max`, or Infinity for a pool that does not say. */
