@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import type { QueryConfig, Queryable } from '../store/postgres/executor.js'
 import { DEFAULT_SCHEMA, quoteSchema } from '../store/postgres/schema-name.js'
-import { bind, buildOutboxStatements, outboxChannel, type OutboxStatements } from '../store/postgres/statements-outbox.js'
+import { bind, buildOutboxStatements, outboxChannel, withOrderingKey, type OutboxStatements } from '../store/postgres/statements-outbox.js'
 import { invalid } from '../option-validation.js'
 import type { WriteStatement } from '../engine/types.js'
 import { checkEvent, type CheckedEvent, type EnqueuedEvent, type OutboxEvent } from './event.js'
@@ -116,7 +116,9 @@ export function createOutbox(options: OutboxOptions = {}): Outbox {
     const traceparent = checked.headers.traceparent ?? (await activeTraceparent())
     const headers = traceparent === undefined ? checked.headers : { ...checked.headers, traceparent }
     const values = [id, checked.type, checked.key, checked.payloadText, JSON.stringify(headers), checked.occurredAt.toISOString()]
-    const statement = notifyNow() ? bind(statements.enqueueAndNotify, [...values, channel]) : bind(statements.enqueue, values)
+    const bound = notifyNow() ? bind(statements.enqueueAndNotify, [...values, channel]) : bind(statements.enqueue, values)
+    // An event without a key locks on its own id, which nobody else holds: nothing to order.
+    const statement = checked.key === null ? bound : withOrderingKey(bound, checked.key)
     return { id, type: checked.type, key: checked.key, statement }
   }
   return Object.freeze({

@@ -3,6 +3,7 @@ import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createEngine, fingerprintRequest } from '../../src/index.js'
 import type { Fence } from '../../src/engine/store.js'
+import { createOutbox } from '../../src/outbox/index.js'
 import { createPostgresStore, type PostgresStore, type QueryConfig } from '../../src/store/postgres/index.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { jsonResponse, keyTable, owned, storeClaim } from '../helpers/engine.js'
@@ -197,5 +198,63 @@ describe('the answer to a shared transaction lost with its connection', () => {
       await pool.end()
       await proxy.close()
     }
+  })
+})
+
+describe('shared transactions of two processes with events of two keys in opposite orders', () => {
+  /** Resolves once `count` lock requests of this database's backends wait ungranted (a row lock's wait is on a transaction id, of no database). */
+  async function waiting(count: number): Promise<void> {
+    for (;;) {
+      const { rows } = await db.pool.query<{ waiting: number }>('SELECT count(*)::int AS waiting FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE NOT l.granted AND a.datname = current_database()')
+      if ((rows[0]?.waiting ?? 0) >= count) return
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+  }
+
+  it("do not deadlock: each takes both keys' ordering locks first, in one order, and commits as one transaction", async () => {
+    const outbox = createOutbox({ schema: db.schema })
+    const suffix = randomUUID().slice(0, 8)
+    const [x, y] = [`cus-x-${suffix}`, `cus-y-${suffix}`]
+    const event = async (key: string) => (await outbox.prepareEnqueue({ type: 'charge.succeeded', key, payload: { key } })).statement
+    const held = [`held-a-${suffix}`, `held-b-${suffix}`]
+    await db.pool.query('INSERT INTO flight_rows (id) VALUES ($1), ($2)', held)
+    const touch = (id: string): QueryConfig => ({ text: 'UPDATE flight_rows SET id = id WHERE id = $1', values: [id] })
+    // Two processes' stores, a connection each; the first flight of each leaves alone, the two behind it together.
+    const first = await warmedStore(undefined, { lockTimeoutMs: 4000 })
+    const second = await warmedStore(undefined, { lockTimeoutMs: 4000 })
+    const a = await claimed(first.store, 3)
+    const b = await claimed(second.store, 3)
+    const holder = await db.pool.connect()
+    try {
+      // The write after each batch's first event waits on a row the test holds: each batch then holds
+      // its first key's lock (without the ordering, x for the first, y for the second) while it waits.
+      await holder.query('BEGIN')
+      await holder.query('SELECT id FROM flight_rows WHERE id = ANY($1) FOR UPDATE', [held])
+      // Each flight's statements made before any is sent, so the two behind the first arrive together.
+      const firstFlights = [[insertRow(`${suffix}-a0`)], [await event(x), touch(held[0] as string)], [await event(y), insertRow(`${suffix}-a2`)]]
+      const secondFlights = [[insertRow(`${suffix}-b0`)], [await event(y), touch(held[1] as string)], [await event(x), insertRow(`${suffix}-b2`)]]
+      const firstDone = a.fences.map((fence, n) => completeWith(first.store, fence, firstFlights[n] as QueryConfig[]))
+      await waiting(1)
+      const secondDone = b.fences.map((fence, n) => completeWith(second.store, fence, secondFlights[n] as QueryConfig[]))
+      await waiting(2)
+      await holder.query('ROLLBACK')
+      expect(await outcomes([...firstDone, ...secondDone])).toEqual([true, true, true, true, true, true])
+    } finally {
+      holder.release()
+    }
+    // Neither shared transaction was broken by a deadlock and run again flight by flight: each
+    // committed its two flights at once.
+    for (const { scope } of [a, b]) {
+      const [, one, two] = (await keyRows(scope)).map((row) => row.xmin)
+      expect(one).toBe(two)
+    }
+    const { rows } = await db.pool.query<{ ordering_key: string; n: number }>(
+      `SELECT ordering_key, count(*)::int AS n FROM "${db.schema}".outbox WHERE ordering_key = ANY($1) GROUP BY ordering_key ORDER BY ordering_key`,
+      [[x, y]],
+    )
+    expect(rows).toEqual([
+      { ordering_key: x, n: 2 },
+      { ordering_key: y, n: 2 },
+    ])
   })
 })

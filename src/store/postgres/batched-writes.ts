@@ -6,10 +6,11 @@
  */
 import type { ClaimRequest, Fence, FinalOutcome } from '../../engine/store.js'
 import type { WriteStatement } from '../../engine/types.js'
-import type { PoolLike } from './executor.js'
+import type { PoolLike, QueryConfig } from './executor.js'
 import { eachAlone, NaturalBatch, type Settled } from '../../natural-batch.js'
 import { isTransientPgError, SQLSTATE, sqlState } from './pg-errors.js'
 import { bind, flight, send } from './statement-runner.js'
+import { LOCK_ORDERING_KEYS, orderingKeyOf } from './statements-outbox.js'
 import type { ClaimBatchInput, ClaimBatchRow, ClaimRow, CompletionBatchInput, Statement, Statements, StepBatchInput } from './statements.js'
 
 export interface BatchedWritesOptions {
@@ -175,7 +176,7 @@ export function batchedWrites(options: BatchedWritesOptions) {
   const flights = new NaturalBatch<readonly WriteStatement[], boolean>(maxBatchSize, async (batch) => {
     if (batch.length === 1) return eachAlone(batch, flightAlone)
     try {
-      await flight(pool, begin, timeoutMs, batch.flat())
+      await flight(pool, begin, timeoutMs, [...orderingLocksFirst(batch), ...batch.flat()])
     } catch (error) {
       if (!rolledBack(error)) throw error
       return eachAlone(batch, flightAlone)
@@ -205,6 +206,24 @@ export function batchedWrites(options: BatchedWritesOptions) {
     complete: (fence: Fence, outcome: FinalOutcome): Promise<boolean> =>
       outcome.response.body.byteLength > MAX_BATCHED_BODY_BYTES ? completeAlone({ fence, outcome }) : completions.submit({ fence, outcome }),
   }
+}
+
+/**
+ * The statement that takes, in one order, the ordering locks of the outbox events the flights
+ * write, when they hold events of more than one key: taken each at its event, in the order the
+ * flights came, two processes' shared transactions could each hold one key another waits for
+ * (the reference service's charges of two customers, in opposite orders), a deadlock PostgreSQL
+ * breaks only after its `deadlock_timeout`. One key or none: nothing to order.
+ */
+function orderingLocksFirst(batch: ReadonlyArray<readonly WriteStatement[]>): QueryConfig[] {
+  const keys = new Set<string>()
+  for (const statements of batch) {
+    for (const statement of statements) {
+      const key = orderingKeyOf(statement)
+      if (key !== undefined) keys.add(key)
+    }
+  }
+  return keys.size > 1 ? [bind(LOCK_ORDERING_KEYS, [[...keys]])] : []
 }
 
 /** A fenced batch's answers: true for each input whose row the statement returned (`n`), false for the others, whose token no longer held. */
