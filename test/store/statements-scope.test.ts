@@ -41,6 +41,7 @@ const CROSS_SCOPE: Record<string, string> = {
   ...each(['outbox.listByStatus', 'outbox.retryAllDead', 'outbox.deadBefore', 'outbox.backlog'], 'outbox operations over every event'),
   ...each(['outbox.pruneSent', 'outbox.inboxPrune'], 'retention pruning by age, every event'),
   ...each(['outbox.savepoint', 'outbox.releaseSavepoint'], 'transaction control, not a statement on a table'),
+  ...each(['outbox.LOCK_ORDERING_KEYS'], "advisory locks of a shared transaction's events' ordering keys, taken first: no table"),
   ...each(['listen.listen', 'listen.unlisten'], 'the relay wake-up channel, one per schema'),
   ...each(
     [

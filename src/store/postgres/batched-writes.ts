@@ -10,7 +10,8 @@ import type { PoolLike, QueryConfig } from './executor.js'
 import { eachAlone, NaturalBatch, type Settled } from '../../natural-batch.js'
 import { isTransientPgError, SQLSTATE, sqlState } from './pg-errors.js'
 import { bind, flight, send } from './statement-runner.js'
-import { LOCK_ORDERING_KEYS, orderingKeyOf } from './statements-outbox.js'
+import { orderingKeyOf } from './ordering-keys.js'
+import { LOCK_ORDERING_KEYS } from './statements-outbox.js'
 import type { ClaimBatchInput, ClaimBatchRow, ClaimRow, CompletionBatchInput, Statement, Statements, StepBatchInput } from './statements.js'
 
 export interface BatchedWritesOptions {
@@ -223,7 +224,7 @@ function orderingLocksFirst(batch: ReadonlyArray<readonly WriteStatement[]>): Qu
       if (key !== undefined) keys.add(key)
     }
   }
-  return keys.size > 1 ? [bind(LOCK_ORDERING_KEYS, [[...keys]])] : []
+  return keys.size > 1 ? [{ text: LOCK_ORDERING_KEYS, values: [[...keys]] }] : []
 }
 
 /** A fenced batch's answers: true for each input whose row the statement returned (`n`), false for the others, whose token no longer held. */

@@ -94,20 +94,6 @@ export function buildListenStatements(channel: string): { listen: string; unlist
 
 const EVENT_COLUMNS = `id::text, seq::text, type, ordering_key, payload, headers, occurred_at, attempts`
 
-/** The ordering key of the event each `prepareEnqueue` statement writes, by the statement. */
-const orderingKeys = new WeakMap<object, string>()
-
-/** Records that `statement` writes an event of `orderingKey`, so it takes that key's ordering lock (`orderingKeyOf`). */
-export function withOrderingKey<T extends object>(statement: T, orderingKey: string): T {
-  orderingKeys.set(statement, orderingKey)
-  return statement
-}
-
-/** The ordering key whose lock `statement` takes, when it is an event's statement from `prepareEnqueue` with a key. */
-export function orderingKeyOf(statement: object): string | undefined {
-  return orderingKeys.get(statement)
-}
-
 /**
  * Takes the ordering locks of the keys in $1 (a text array) one after another, in the order of
  * the lock's own key (the enqueue's `hashtext` of the ordering key), the same order in every
@@ -117,11 +103,8 @@ export function orderingKeyOf(statement: object): string | undefined {
  * transaction). A key's lock is taken again by its event's own insert, which already holds it.
  * Unnamed: it holds no table, so it is the same in every schema, and is planned in a few µs.
  */
-export const LOCK_ORDERING_KEYS: Statement = {
-  name: undefined,
-  text: `SELECT pg_advisory_xact_lock(hashtext('oncely:outbox'), h)
-           FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($1::text[]) AS k ORDER BY h) AS sorted`,
-}
+export const LOCK_ORDERING_KEYS = `SELECT pg_advisory_xact_lock(hashtext('oncely:outbox'), h)
+  FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($1::text[]) AS k ORDER BY h) AS sorted`
 
 /** Builds the statements for one schema. `schema` is an already-quoted identifier. */
 export function buildOutboxStatements(schema: string, namePrefix: string | undefined): OutboxStatements {
