@@ -5,6 +5,7 @@ import { createEngine, fingerprintRequest } from '../../src/index.js'
 import type { Fence } from '../../src/engine/store.js'
 import { createOutbox } from '../../src/outbox/index.js'
 import { createPostgresStore, type PostgresStore, type QueryConfig } from '../../src/store/postgres/index.js'
+import { MAX_BATCHED_BODY_BYTES } from '../../src/store/postgres/batched-writes.js'
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js'
 import { jsonResponse, keyTable, owned, storeClaim } from '../helpers/engine.js'
 import { startTcpProxy } from '../helpers/tcp-proxy.js'
@@ -118,6 +119,22 @@ describe('flights that arrive while one is in flight share one transaction', () 
     const xmins = (await keyRows(scope)).map((row) => row.xmin)
     expect(new Set(xmins).size).toBe(3)
     expect([xmins[1] === xmins[2], xmins[3] === xmins[4]]).toEqual([true, true])
+  })
+})
+
+describe('a flight whose response body is over 16 KiB', () => {
+  it('is sent alone, and the flights around it share their transaction', async () => {
+    const { store } = await warmedStore()
+    const { scope, fences } = await claimed(store, 4)
+    const large = { status: 'completed' as const, response: jsonResponse(201, JSON.stringify({ padding: 'x'.repeat(MAX_BATCHED_BODY_BYTES) })) }
+    const completions = fences.map((fence, n) =>
+      n === 2 ? store.complete(fence, { ...large, statements: [insertRow(`${scope}-${fence.key}`)] }) : completeWith(store, fence, [insertRow(`${scope}-${fence.key}`)]),
+    )
+    expect(await outcomes(completions)).toEqual([true, true, true, true])
+    // The first alone, the second and fourth together, the large one on its own.
+    const xmins = (await keyRows(scope)).map((row) => row.xmin)
+    expect(new Set(xmins).size).toBe(3)
+    expect([xmins[1] === xmins[3], xmins[2] === xmins[1], xmins[2] === xmins[0]]).toEqual([true, false, false])
   })
 })
 

@@ -199,10 +199,13 @@ export function batchedWrites(options: BatchedWritesOptions) {
     claim: (request: ClaimRequest): Promise<ClaimAnswer> => claims.submit(request),
     /**
      * A flight whose first statement is the fenced completion (`completeInFlight`) and the rest
-     * the caller's writes, batched with the flights that arrive meanwhile: true once it committed,
-     * false when the caller's token no longer held the claim (nothing of it committed).
+     * the caller's writes, batched with the flights that arrive meanwhile (sent alone when its
+     * response's body is over 16 KiB, so that one large answer never makes a shared transaction
+     * large): true once it committed, false when the caller's token no longer held the claim
+     * (nothing of it committed).
      */
-    completeInFlight: (statements: readonly WriteStatement[]): Promise<boolean> => flights.submit(statements),
+    completeInFlight: (statements: readonly WriteStatement[], outcome: FinalOutcome): Promise<boolean> =>
+      outcome.response.body.byteLength > MAX_BATCHED_BODY_BYTES ? flightAlone(statements) : flights.submit(statements),
     /** A fenced completion on the pool: true when the caller's token still held the claim. */
     complete: (fence: Fence, outcome: FinalOutcome): Promise<boolean> =>
       outcome.response.body.byteLength > MAX_BATCHED_BODY_BYTES ? completeAlone({ fence, outcome }) : completions.submit({ fence, outcome }),

@@ -53,7 +53,7 @@ export interface PostgresStoreOptions {
    * writes), step commits and at-most-once step marks are batched the same way, each fenced by
    * its own token (Invariant 3); one whose body, or step result, is over 16 KiB is sent alone.
    * Flights (`complete(response, { statements })`) that arrive while one is in flight leave
-   * together as one transaction, at most this many; when PostgreSQL refuses a statement of one
+   * together as one transaction, at most this many (one whose body is over 16 KiB alone); when PostgreSQL refuses a statement of one
    * of them (a lost fence, a write it rejects, a lock timeout), each is sent again alone, so only
    * that one fails, and a write that waits on a lock holds up those batched with it until
    * `lockTimeoutMs`. A lone request waits for nothing; under load the database commits once per
@@ -190,7 +190,7 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
       if (statements !== undefined) {
         // The completion is the flight's first statement: when it failed, its error is the one thrown.
         const first = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel])
-        return writes.completeInFlight([first, ...statements])
+        return writes.completeInFlight([first, ...statements], completion)
       }
       if (tx === undefined) return writes.complete(fence, completion)
       // The last statement of the store's own transaction leaves with its COMMIT: the fence is
