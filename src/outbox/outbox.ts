@@ -52,7 +52,10 @@ export interface Outbox {
    * The statement that writes `event`, unsent, for a completion that sends its writes as
    * statements (`execution.complete(response, { statements })`): that runs it inside the
    * completion's transaction, so the event commits with the completion or not at all (Invariant
-   * 8). Never send it on its own in autocommit: nothing refuses it there.
+   * 8). Never send it on its own in autocommit: nothing refuses it there. Pass the statement
+   * object as it is: when flights share a transaction (`maxBatchSize`), the store recognises it
+   * and takes the ordering locks of all their events' keys first, in one order; a copy is written
+   * just the same, its lock taken where it stands.
    *
    * @example
    * ```ts

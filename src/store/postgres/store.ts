@@ -53,11 +53,12 @@ export interface PostgresStoreOptions {
    * writes), step commits and at-most-once step marks are batched the same way, each fenced by
    * its own token (Invariant 3); one whose body, or step result, is over 16 KiB is sent alone.
    * Flights (`complete(response, { statements })`) that arrive while one is in flight leave
-   * together as one transaction, at most this many (one whose body is over 16 KiB alone); when PostgreSQL refuses a statement of one
-   * of them (a lost fence, a write it rejects, a lock timeout), each is sent again alone, so only
-   * that one fails, and a write that waits on a lock holds up those batched with it until
-   * `lockTimeoutMs`. A lone request waits for nothing; under load the database commits once per
-   * batch, not once per request. 1 sends each on its own; at most 1000. (Default: 64)
+   * together as one transaction, at most this many (one whose body is over 16 KiB goes alone);
+   * when PostgreSQL refuses a statement of one of them (a lost fence, a write it rejects, a lock
+   * timeout), each is sent again alone, so only that one fails, and a write that waits on a lock
+   * holds up those batched with it until `lockTimeoutMs`. A lone request waits for nothing; under
+   * load the database commits once per batch, not once per request. 1 sends each on its own; at
+   * most 1000. (Default: 64)
    */
   maxBatchSize?: number
 }
