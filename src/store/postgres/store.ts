@@ -188,16 +188,17 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresStor
     },
     async complete(fence: Fence, completion: StoreCompletion<Queryable>) {
       const { statements, tx } = completion
+      // `completeInFlight`'s values: the completion that fails in the database on a lost fence.
+      const inFlight = () => [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel]
       if (statements !== undefined) {
         // The completion is the flight's first statement: when it failed, its error is the one thrown.
-        const first = bind(sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel])
-        return writes.completeInFlight([first, ...statements], completion)
+        return writes.completeInFlight([bind(sql.completeInFlight, inFlight()), ...statements], completion)
       }
       if (tx === undefined) return writes.complete(fence, completion)
       // The last statement of the store's own transaction leaves with its COMMIT: the fence is
       // then checked in the database (completeInFlight), since nothing waits for its row count.
       const last = completion.commit === true ? lastStatementOf(tx) : undefined
-      if (last !== undefined) return fenceHeld(run(last, sql.completeInFlight, [fence.scope, fence.key, fence.fenceToken, ...completionValues(completion), channel]))
+      if (last !== undefined) return fenceHeld(run(last, sql.completeInFlight, inFlight()))
       return fenced(tx, sql.complete, fence, [...completionValues(completion), channel])
     },
     async transaction<T>(work: (tx: Queryable) => Promise<T>): Promise<T> {
