@@ -82,6 +82,15 @@ async function warmedStore(settings?: pg.PoolConfig, options: { maxBatchSize?: n
   return { store, readies }
 }
 
+/** The backends of this database waiting for a lock, once there are `count` (a row lock's wait is on a transaction id, of no database). */
+async function waiting(count: number): Promise<number[]> {
+  for (;;) {
+    const { rows } = await db.pool.query<{ pid: number }>('SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE NOT l.granted AND a.datname = current_database()')
+    if (rows.length >= count) return rows.map((row) => row.pid)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
+
 describe('flights that arrive while one is in flight share one transaction', () => {
   it.each([
     ['plain', false],
@@ -219,15 +228,6 @@ describe('the answer to a shared transaction lost with its connection', () => {
 })
 
 describe('shared transactions of two processes with events of two keys in opposite orders', () => {
-  /** Resolves once `count` lock requests of this database's backends wait ungranted (a row lock's wait is on a transaction id, of no database). */
-  async function waiting(count: number): Promise<void> {
-    for (;;) {
-      const { rows } = await db.pool.query<{ waiting: number }>('SELECT count(*)::int AS waiting FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE NOT l.granted AND a.datname = current_database()')
-      if ((rows[0]?.waiting ?? 0) >= count) return
-      await new Promise((resolve) => setTimeout(resolve, 20))
-    }
-  }
-
   it("do not deadlock: each takes both keys' ordering locks first, in one order, and commits as one transaction", async () => {
     const outbox = createOutbox({ schema: db.schema })
     const suffix = randomUUID().slice(0, 8)
@@ -273,5 +273,39 @@ describe('shared transactions of two processes with events of two keys in opposi
       { ordering_key: x, n: 2 },
       { ordering_key: y, n: 2 },
     ])
+  })
+})
+
+describe('the backend of a shared transaction terminated while it waits', () => {
+  it('every flight of it fails with the connection, nothing of it commits, and each engine completes on a new one, its writes once', async () => {
+    const pool = db.newPool(2, { pipeline: false })
+    const engine = createEngine({ store: createPostgresStore({ pool, schema: db.schema, lockTimeoutMs: 4000 }), staleAfterMs: 60_000 })
+    const scope = `terminated-${randomUUID().slice(0, 8)}`
+    const begin = async (key: string) => owned(await engine.begin({ scope, key, fingerprint }))
+    const held = `${scope}-held`
+    await db.pool.query('INSERT INTO flight_rows (id) VALUES ($1)', [held])
+    const executions = await Promise.all(['a', 'b', 'c'].map(begin))
+    const holder = await db.pool.connect()
+    try {
+      await holder.query('BEGIN')
+      await holder.query('SELECT id FROM flight_rows WHERE id = $1 FOR UPDATE', [held])
+      // The first goes alone; b and c share a transaction, which waits on the held row at c's last write.
+      const writes = (key: string): QueryConfig[] =>
+        key === 'c' ? [insertRow(`${scope}-c`), { text: 'UPDATE flight_rows SET id = id WHERE id = $1', values: [held] }] : [insertRow(`${scope}-${key}`)]
+      const completions = executions.map((execution) => execution.complete(jsonResponse(201, `{"key":"${execution.key}"}`), { statements: writes(execution.key) }))
+      const [pid] = await waiting(1)
+      // The waiting transaction holds b's and c's key rows (both completions ran in it), and has committed nothing.
+      const free = await holder.query<{ key: string }>(`SELECT key FROM ${keyTable(db)} WHERE scope = $1 ORDER BY key FOR UPDATE SKIP LOCKED`, [scope])
+      expect(free.rows.map((row) => row.key)).toEqual(['a'])
+      expect(await written([`${scope}-b`, `${scope}-c`])).toEqual([])
+      await db.pool.query('SELECT pg_terminate_backend($1)', [pid])
+      await holder.query('ROLLBACK')
+      await Promise.all(completions)
+      expect(executions.map((execution) => execution.state)).toEqual(['completed', 'completed', 'completed'])
+      expect(await written([`${scope}-a`, `${scope}-b`, `${scope}-c`])).toEqual([`${scope}-a`, `${scope}-b`, `${scope}-c`])
+      expect((await keyRows(scope)).map((row) => row.status)).toEqual(['completed', 'completed', 'completed'])
+    } finally {
+      holder.release()
+    }
   })
 })
