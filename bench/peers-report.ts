@@ -11,6 +11,8 @@ export interface PeerCell {
 
 /** The target of `--against DIR`: the reference service of another build. */
 export const AGAINST = 'service (against)'
+/** With a Redis: the other build's reference service with its Redis cache. */
+export const AGAINST_REDIS = 'service + redis (against)'
 
 /** The Redis-backed replay the replay targets compare with: a Redis library's, on Express 5. */
 const REDIS_REPLAY = 'redis peer replay'
@@ -78,7 +80,11 @@ export function peerFigures(cells: readonly PeerCell[], connections: number): { 
   against('lean durable fresh', 'express fresh')
   against('service fresh', 'lean durable fresh')
   against('service replay', 'lean durable replay')
-  // With `--against DIR`: this build's service beside the other build's, cell by cell.
-  for (const cell of ['fresh', 'replay', 'conflict', 'mismatch']) against(`service ${cell}`, `${AGAINST} ${cell}`)
+  // With `--against DIR`: this build's service beside the other build's, cell by cell, and so
+  // with the Redis cache when a Redis answers.
+  for (const cell of ['fresh', 'replay', 'conflict', 'mismatch']) {
+    against(`service ${cell}`, `${AGAINST} ${cell}`)
+    against(`service + redis ${cell}`, `${AGAINST_REDIS} ${cell}`)
+  }
   return { cells: all, targets }
 }

@@ -2,7 +2,7 @@ import { fileURLToPath } from 'node:url'
 import { interleaved } from './closed-loop.js'
 import { backendsCpu, BODY, createHolds, deleteRedisEntries, expectStatus, HOLD_MS, loadRun, OTHER_BODY, spreadBodies, type LoadRun } from './http-load.js'
 import { startCli, startProgram, type BenchProcess } from './processes.js'
-import { AGAINST, peerFigures, type PeerCell } from './peers-report.js'
+import { AGAINST, AGAINST_REDIS, peerFigures, type PeerCell } from './peers-report.js'
 import type { Figure } from './report.js'
 
 const EXPRESS_APP = fileURLToPath(new URL('./baselines/express-app.ts', import.meta.url))
@@ -52,7 +52,8 @@ export interface PeersOptions {
   /**
    * The CLI of another build (`DIR/dist/cli/main.js`): its reference service is measured too, as
    * `service (against)`, in its own schema, interleaved with this build's: the before and after
-   * of a change, in one run.
+   * of a change, in one run; with a Redis, its service with the Redis cache too
+   * (`service + redis (against)`).
    */
   againstCli?: string | undefined
 }
@@ -125,18 +126,26 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
       start(startProgram(LEAN_APP, ['--port', '0', '--provider-url', provider.url, '--database-url', databaseUrl, '--schema', LEAN_SCHEMA])),
     ])
     const { againstCli } = options
-    const [against, againstHolder] =
-      againstCli === undefined ? [] : await Promise.all([serveAgainst(againstCli, provider.url), serveAgainst(againstCli, holdingProvider.url, { PROVIDER_LATENCY_MS: String(HOLD_MS) })])
+    const [against, againstHolder, againstRedis] =
+      againstCli === undefined
+        ? []
+        : await Promise.all([
+            serveAgainst(againstCli, provider.url),
+            serveAgainst(againstCli, holdingProvider.url, { PROVIDER_LATENCY_MS: String(HOLD_MS) }),
+            options.redisUrl === undefined ? undefined : serveAgainst(againstCli, provider.url, { REDIS_URL: options.redisUrl }),
+          ])
     if (!redis) notes.push('no Redis (--redis-url, REDIS_URL or redis://127.0.0.1:6379 did not answer): the Redis cells, the Redis peer and the replay targets are left out')
 
     const all = ['fresh', 'replay', 'conflict', 'mismatch'] as const
     const serviceHolds = { url: `${serviceHolder.url}/v1/charges`, schema: SERVICE_SCHEMA }
+    const againstHolds = (holder: BenchProcess) => ({ url: `${holder.url}/v1/charges`, schema: AGAINST_SCHEMA })
     const targets: Target[] = [
       { name: 'express', process: plain, path: '/v1/charges', cells: ['fresh'] },
       { name: 'service none', process: none, path: '/v1/charges', cells: ['fresh'] },
       { name: 'service', process: service, path: '/v1/charges', cells: [...all, 'fresh-spread'], holder: serviceHolds },
-      ...(against && againstHolder ? [{ name: AGAINST, process: against, path: '/v1/charges', cells: all, holder: { url: `${againstHolder.url}/v1/charges`, schema: AGAINST_SCHEMA } }] : []),
+      ...(against && againstHolder ? [{ name: AGAINST, process: against, path: '/v1/charges', cells: all, holder: againstHolds(againstHolder) }] : []),
       ...(redis ? [{ name: 'service + redis', process: redis, path: '/v1/charges', cells: all, holder: serviceHolds }] : []),
+      ...(againstRedis && againstHolder ? [{ name: AGAINST_REDIS, process: againstRedis, path: '/v1/charges', cells: all, holder: againstHolds(againstHolder) }] : []),
       { name: 'express + oncely', process: guarded, path: '/v1/charges', cells: all, holder: { url: `${guardedHolder.url}/v1/charges`, schema: EXPRESS_SCHEMA } },
       ...(peer ? [{ name: 'redis peer', process: peer, path: '/v1/charges', cells: ['fresh', 'replay'] as const }] : []),
       { name: 'lean durable', process: lean, path: '/v1/charges', cells: ['fresh', 'replay', 'mismatch'] },
@@ -185,6 +194,7 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
     progress('stopped')
     if (options.redisUrl) {
       await deleteRedisEntries(options.redisUrl, `oncely:${SERVICE_SCHEMA}:*`)
+      await deleteRedisEntries(options.redisUrl, `oncely:${AGAINST_SCHEMA}:*`)
       await deleteRedisEntries(options.redisUrl, `${PEER_PREFIX}:*`)
     }
   }
