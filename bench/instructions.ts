@@ -29,6 +29,9 @@
  * (signed with `ONCELY_CACHE_SECRET`, or a fixed secret of the bench's), but not reliably: one
  * build read 0.50–0.72 M on 2026-12-07, most likely because at valgrind's pace a read sometimes
  * outlasts the cache's 100 ms timeout and the replay falls through to PostgreSQL (not counted).
+ * Fresh charges with `REDIS_URL` are no better: one build of 7a837c5 read 1.53 M and 0.98 M at
+ * `--concurrency 16` in two runs an hour apart, and 0.43 M with the cache's timeout raised to 60 s
+ * (the service without the cache: 1.15–1.24 M). Do not compare builds with them.
  * Valgrind slows the process about fifty times: a cell takes a minute or two. Needs `valgrind`
  * (Debian's package) on the PATH.
  */

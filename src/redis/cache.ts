@@ -1,8 +1,6 @@
 import type { StoredResponse } from '../engine/types.js'
 import { decodeEntry, encodeEntry, EVICTED, type CacheEntry, type NewCacheEntry } from './entry.js'
-import { rawReads } from './raw-reads.js'
-import { rawWrites } from './raw-writes.js'
-import type { Bounded } from './scripts.js'
+import { rawReads, type Bounded } from './raw-reads.js'
 import { resolveRedisCacheOptions, type RedisCacheOptions, type ResolvedRedisCacheOptions } from './options.js'
 
 /** Entries are written to expire this much before what they are bounded by: round trips are not instant. */
@@ -87,9 +85,8 @@ export function createRedisCache(options: RedisCacheOptions): RedisCache {
     }
   }
   const readRaw = rawReads(redis, timeoutMs, bounded)
-  const writeRaw = rawWrites(redis, timeoutMs, bounded)
   const evict = async (scope: string, key: string) => {
-    await writeRaw({ redisKey: redisKey(scope, key), value: EVICTED, lifeMs: resolved.evictedMs, onlyIfAbsent: false })
+    await bounded(() => redis.set(redisKey(scope, key), EVICTED, 'PX', resolved.evictedMs), timeoutMs)
   }
   const write = async (scope: string, key: string, entry: NewCacheEntry, overwrite: boolean) => {
     const ttlMs = entry.lifeMs
@@ -101,7 +98,7 @@ export function createRedisCache(options: RedisCacheOptions): RedisCache {
       return
     }
     const value = encodeEntry(secret, scope, key, entry)
-    await writeRaw({ redisKey: redisKey(scope, key), value, lifeMs: ttlMs, onlyIfAbsent: !overwrite })
+    await bounded(() => (overwrite ? redis.set(redisKey(scope, key), value, 'PX', ttlMs) : redis.set(redisKey(scope, key), value, 'PX', ttlMs, 'NX')), timeoutMs)
   }
   return Object.freeze({
     options: resolved,

@@ -10,12 +10,11 @@ export interface RedisLike {
   set(key: string, value: string, mode: 'PX', milliseconds: number, condition: 'NX'): Promise<unknown>
   /**
    * Scripts, when the client has them (an `ioredis` client does): the reads that arrive together
-   * then leave as one command, and so do the writes. Without them each read is a GET and a PTTL,
-   * each write a SET.
+   * then leave as one command. Without them each read is a GET and a PTTL.
    */
-  evalsha?(sha: string, numKeys: number, ...keysAndArgs: string[]): Promise<unknown>
-  eval?(script: string, numKeys: number, ...keysAndArgs: string[]): Promise<unknown>
-  /** True on an `ioredis` Cluster: its keys live in different slots, so each read is its own script and each write a SET. */
+  evalsha?(sha: string, numKeys: number, ...keys: string[]): Promise<unknown>
+  eval?(script: string, numKeys: number, ...keys: string[]): Promise<unknown>
+  /** True on an `ioredis` Cluster: its keys live in different slots, so each read is its own script. */
   readonly isCluster?: boolean
 }
 
