@@ -62,8 +62,8 @@ export function createProviderHttp(baseUrl: string, options: { maxSockets?: numb
 
 /**
  * One call on the pool, its answer gathered as it arrives: `pool.request` would give the body as a
- * stream to read, a stream per call and its ticks (issue 21: 4–5 µs of CPU a call of 27–37,
- * measured alone at 16 calls in flight on loopback, and a fresh charge makes two). The chunks are
+ * stream to read, a stream per call and its ticks (issue 21: 3–5 µs of CPU a call of 27–35 once
+ * warm, measured alone at 16 calls in flight on loopback, and a fresh charge makes two). The chunks are
  * joined before they are decoded, so a character split between two stays whole.
  */
 function dispatched(pool: Pool, options: Dispatcher.DispatchOptions): Promise<ProviderAnswer> {
@@ -74,7 +74,7 @@ function dispatched(pool: Pool, options: Dispatcher.DispatchOptions): Promise<Pr
       // undici tells its handler kinds apart by this method: without it, it asks for the older kind's.
       onRequestStart() {},
       onResponseStart(_controller, statusCode) {
-        // A 1xx comes before the answer: only the last start is the answer's.
+        // Should undici report a 1xx before the answer, only the last start is the answer's.
         status = statusCode
         chunks = []
       },

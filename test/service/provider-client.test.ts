@@ -50,6 +50,19 @@ describe('createProviderClient', () => {
     expect(server.requests[0]?.headers['idempotency-key']).toBeUndefined()
   })
 
+  // The answer is gathered chunk by chunk: a character whose bytes arrive in two chunks must be
+  // decoded whole, not as two replacement characters.
+  it('reads an answer whose multi-byte character is split between two chunks', async () => {
+    const bytes = Buffer.from(JSON.stringify({ id: 'pch_é', created: 1 }))
+    const cut = bytes.indexOf(Buffer.from('é')) + 1
+    const { client } = await setUp((_, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(bytes.length) })
+      res.write(bytes.subarray(0, cut))
+      setTimeout(() => res.end(bytes.subarray(cut)), 20)
+    })
+    expect(await client.createCharge(request, 'k')).toEqual({ outcome: 'charged', charge: { id: 'pch_é', created: 1 } })
+  })
+
   it('a 402 is a decline with the provider\'s code and message', async () => {
     const { client } = await setUp((_, res) => {
       res.writeHead(402, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'card_declined', message: 'no' } }))
