@@ -11,6 +11,7 @@ const LEAN_APP = fileURLToPath(new URL('./baselines/lean-durable.ts', import.met
 const SERVICE_SCHEMA = `bench_peers_${process.pid}`
 const EXPRESS_SCHEMA = `bench_peers_express_${process.pid}`
 const LEAN_SCHEMA = `bench_peers_lean_${process.pid}`
+const NONE_SCHEMA = `bench_peers_none_${process.pid}`
 const AGAINST_SCHEMA = `bench_peers_against_${process.pid}`
 const PEER_PREFIX = `bench-peer-${process.pid}`
 
@@ -99,8 +100,14 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
       start(startCli(['provider', '--port', '0', '--latency-ms', String(HOLD_MS)])),
     ])
     holdingProviderUrl = holdingProvider.url
-    const serve = (strategy: string, providerUrl: string, env: Record<string, string> = {}) =>
-      start(startCli(['serve', '--port', '0', '--database-url', databaseUrl, '--schema', SERVICE_SCHEMA, '--provider-url', providerUrl, '--strategy', strategy], env))
+    // Every service runs a relay on its schema's outbox, and a cell's events go to whichever relay
+    // claims them first: a process that is not the one measured must not relay them, or the
+    // measured one's CPU leaves part of its relay's work out. So `service none` has a schema of
+    // its own, and the 409 cells' holders (whose claims never complete) run no relay. The service
+    // and its cached twin share the holder's keys, and so one outbox: each relays some of the
+    // other's events, alike for both.
+    const serve = (strategy: string, providerUrl: string, env: Record<string, string> = {}, schema = SERVICE_SCHEMA) =>
+      start(startCli(['serve', '--port', '0', '--database-url', databaseUrl, '--schema', schema, '--provider-url', providerUrl, '--strategy', strategy], env))
     // The other build in a schema of its own: its migrations may differ from this build's.
     const serveAgainst = (cli: string, providerUrl: string, env: Record<string, string> = {}) =>
       start(startProgram(cli, ['serve', '--port', '0', '--database-url', databaseUrl, '--schema', AGAINST_SCHEMA, '--provider-url', providerUrl], env))
@@ -115,9 +122,9 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
     // All at once: migrations that share a schema wait for each other under its lock.
     const [service, none, serviceHolder, redis, peer, plain, guarded, guardedHolder, lean] = await Promise.all([
       serve('atomic-phases', provider.url),
-      serve('none', provider.url),
+      serve('none', provider.url, {}, NONE_SCHEMA),
       // Its provider never answers (and it waits as long): its claims stay in flight.
-      serve('atomic-phases', holdingProvider.url, { PROVIDER_LATENCY_MS: String(HOLD_MS) }),
+      serve('atomic-phases', holdingProvider.url, { PROVIDER_LATENCY_MS: String(HOLD_MS), ONCELY_RELAY: 'false' }),
       options.redisUrl === undefined ? undefined : serve('atomic-phases', provider.url, { REDIS_URL: options.redisUrl }),
       options.redisUrl === undefined ? undefined : express(provider.url, 'redis peer'),
       express(provider.url, 'none'),
@@ -131,7 +138,7 @@ export async function peersBench(databaseUrl: string, options: PeersOptions): Pr
         ? []
         : await Promise.all([
             serveAgainst(againstCli, provider.url),
-            serveAgainst(againstCli, holdingProvider.url, { PROVIDER_LATENCY_MS: String(HOLD_MS) }),
+            serveAgainst(againstCli, holdingProvider.url, { PROVIDER_LATENCY_MS: String(HOLD_MS), ONCELY_RELAY: 'false' }),
             options.redisUrl === undefined ? undefined : serveAgainst(againstCli, provider.url, { REDIS_URL: options.redisUrl }),
           ])
     if (!redis) notes.push('no Redis (--redis-url, REDIS_URL or redis://127.0.0.1:6379 did not answer): the Redis cells, the Redis peer and the replay targets are left out')
