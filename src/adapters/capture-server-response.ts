@@ -26,24 +26,98 @@ export interface ResponseSettler {
  * line and each chunk go out as written, copied for the record by a `StreamRecorder`, and only
  * the end waits for the outcome. Returns what to call when the handler throws: a throw after
  * the stream started cuts it, and the handler is not run again.
+ *
+ * The methods put on `res` are bound functions of one `HeldResponse`, not closures made per
+ * request: V8's young collections kept a closure stored on an object, and all it reached (the
+ * response, the request, the claim), until the next full collection, so every guarded request
+ * was promoted to the old generation (issue 21).
  */
 export function captureServerResponse(res: ServerResponse, guard: ResponseSettler, log: Logger): (error: unknown) => Promise<void> {
+  const held = new HeldResponse(res, guard, log)
+  res.writeHead = heldWriteHead.bind(held)
+  // Issue 8 path 12: flushed headers would leave no way to send a replacement answer.
+  res.flushHeaders = flushNothing
+  res.write = heldWrite.bind(held) as ServerResponse['write']
+  res.end = heldEnd.bind(held) as ServerResponse['end']
+  return async (error) => held.thrown(error)
+}
+
+function flushNothing(): void {}
+
+function heldWriteHead(this: HeldResponse, statusCode: number, ...rest: unknown[]): ServerResponse {
+  return this.writeHead(statusCode, rest)
+}
+
+function heldWrite(this: HeldResponse, chunk: unknown, ...rest: unknown[]): boolean {
+  return this.write(chunk, rest)
+}
+
+function heldEnd(this: HeldResponse, ...args: unknown[]): ServerResponse {
+  return this.end(args)
+}
+
+/** One response held by `captureServerResponse`, and what it has seen of the handler's answer. */
+class HeldResponse {
+  readonly #res: ServerResponse
+  readonly #guard: ResponseSettler
+  readonly #log: Logger
   // Called on `res` when used (`Reflect.apply`), not bound: four bound functions a request, for the
   // paths that call them, were a cost of every request (issue 21).
-  // eslint-disable-next-line @typescript-eslint/unbound-method -- each is called on `res` only
-  const original = { write: res.write, end: res.end, writeHead: res.writeHead, flushHeaders: res.flushHeaders }
+  readonly #original: Pick<ServerResponse, 'write' | 'end' | 'writeHead' | 'flushHeaders'>
   // Headers set before the handler ran (CORS, request ids) survive a replacement answer.
-  const earlier = res.getHeaderNames()
-  let recorder: StreamRecorder | undefined
-  let ended = false
+  readonly #earlier: string[]
+  #recorder: StreamRecorder | undefined
+  #ended = false
   // Ended by the connection closing or the handler throwing mid-stream, not by the handler's end.
-  let cut = false
-  // The path without its query string, which may carry a token.
-  const fields = () => guard.logFields ?? { route: `${res.req.method ?? ''} ${(res.req.url ?? '').split('?')[0] ?? ''}` }
-  const secondAnswer = () => log.warn(fields(), 'oncely: the handler answered twice; only its first answer is sent and stored')
+  #cut = false
 
-  res.writeHead = function writeHead(statusCode: number, ...rest: unknown[]) {
-    if (ended) return res
+  constructor(res: ServerResponse, guard: ResponseSettler, log: Logger) {
+    this.#res = res
+    this.#guard = guard
+    this.#log = log
+    // eslint-disable-next-line @typescript-eslint/unbound-method -- each is called on `res` only
+    this.#original = { write: res.write, end: res.end, writeHead: res.writeHead, flushHeaders: res.flushHeaders }
+    this.#earlier = res.getHeaderNames()
+  }
+
+  /** The path without its query string, which may carry a token. */
+  #fields(): Readonly<LogFields> {
+    const res = this.#res
+    return this.#guard.logFields ?? { route: `${res.req.method ?? ''} ${(res.req.url ?? '').split('?')[0] ?? ''}` }
+  }
+
+  #secondAnswer(): void {
+    this.#log.warn(this.#fields(), 'oncely: the handler answered twice; only its first answer is sent and stored')
+  }
+
+  #cutBy(why: string): Promise<void> {
+    if (this.#ended || this.#recorder === undefined) return Promise.resolve()
+    this.#ended = true
+    this.#cut = true
+    return this.#recorder.cut(why)
+  }
+
+  #restoreHead(): void {
+    this.#res.writeHead = this.#original.writeHead
+    this.#res.flushHeaders = this.#original.flushHeaders
+  }
+
+  #startStream(): StreamRecorder {
+    const res = this.#res
+    // The status line goes out with the first chunk: headers set later never reach the client.
+    this.#restoreHead()
+    const started = new StreamRecorder(this.#guard, this.#log, res.statusCode, Object.entries(res.getHeaders()), this.#guard.maxStoredBodyBytes ?? 0)
+    res.once('close', () => {
+      const errored = (res as { errored?: unknown }).errored
+      void this.#cutBy(errored ? describeStreamError(errored) : 'the connection closed before the handler ended it')
+    })
+    this.#recorder = started
+    return started
+  }
+
+  writeHead(statusCode: number, rest: unknown[]): ServerResponse {
+    const res = this.#res
+    if (this.#ended) return res
     res.statusCode = statusCode
     for (const arg of rest) {
       if (typeof arg === 'string') res.statusMessage = arg
@@ -53,46 +127,26 @@ export function captureServerResponse(res: ServerResponse, guard: ResponseSettle
     return res
   }
 
-  // Issue 8 path 12: flushed headers would leave no way to send a replacement answer.
-  res.flushHeaders = () => undefined
-
-  const cutBy = (why: string): Promise<void> => {
-    if (ended || recorder === undefined) return Promise.resolve()
-    ended = true
-    cut = true
-    return recorder.cut(why)
-  }
-
-  const startStream = (): StreamRecorder => {
-    // The status line goes out with the first chunk: headers set later never reach the client.
-    res.writeHead = original.writeHead
-    res.flushHeaders = original.flushHeaders
-    const started = new StreamRecorder(guard, log, res.statusCode, Object.entries(res.getHeaders()), guard.maxStoredBodyBytes ?? 0)
-    res.once('close', () => {
-      const errored = (res as { errored?: unknown }).errored
-      void cutBy(errored ? describeStreamError(errored) : 'the connection closed before the handler ended it')
-    })
-    recorder = started
-    return started
-  }
-
-  res.write = function write(chunk: unknown, ...rest: unknown[]) {
-    if (ended) return false
-    ;(recorder ?? startStream()).add(chunk, typeof rest[0] === 'string' ? (rest[0] as BufferEncoding) : undefined)
+  write(chunk: unknown, rest: unknown[]): boolean {
+    if (this.#ended) return false
+    ;(this.#recorder ?? this.#startStream()).add(chunk, typeof rest[0] === 'string' ? (rest[0] as BufferEncoding) : undefined)
     // The real return value, so a piping source waits for `drain` as it would without oncely.
-    return Reflect.apply(original.write, res, [chunk, ...rest]) as boolean
-  } as ServerResponse['write']
+    return Reflect.apply(this.#original.write, this.#res, [chunk, ...rest]) as boolean
+  }
 
-  res.end = function end(...args: unknown[]) {
+  end(args: unknown[]): ServerResponse {
+    const res = this.#res
+    const original = this.#original
     // Issue 8 path 9: the wire and the record must agree, so only the first answer counts.
-    if (ended) {
-      if (!cut) secondAnswer()
+    if (this.#ended) {
+      if (!this.#cut) this.#secondAnswer()
       return res
     }
-    ended = true
+    this.#ended = true
     const callback = args.find((arg): arg is Callback => typeof arg === 'function')
     const chunk = typeof args[0] === 'function' ? undefined : args[0]
     const encoding = typeof args[1] === 'string' ? (args[1] as BufferEncoding) : undefined
+    const recorder = this.#recorder
     if (recorder !== undefined) {
       recorder.add(chunk, encoding)
       // The last chunk and the end wait for the record; an unrecorded outcome cuts the connection.
@@ -104,11 +158,10 @@ export function captureServerResponse(res: ServerResponse, guard: ResponseSettle
     const statusMessage = res.statusMessage
     const headers = res.getHeaders()
     const captured: CapturedResponse = { kind: 'response', status, headers: Object.entries(headers), body }
-    void guard.settle(captured).then((replacement) => {
-      res.writeHead = original.writeHead
-      res.flushHeaders = original.flushHeaders
+    void this.#guard.settle(captured).then((replacement) => {
+      this.#restoreHead()
       try {
-        if (replacement) return sendAnswer(res, replacement, (name) => !earlier.includes(name), callback, (chunk, done) => void Reflect.apply(original.end, res, [chunk, done]))
+        if (replacement) return sendAnswer(res, replacement, (name) => !this.#earlier.includes(name), callback, (chunk, done) => void Reflect.apply(original.end, res, [chunk, done]))
         // Whatever the handler changed after its first answer is undone: the wire gets what was
         // stored. A header still holding the value captured (the same value: `getHeaders` copies
         // the record, not the values) is left as it is, not validated and set again.
@@ -118,20 +171,20 @@ export function captureServerResponse(res: ServerResponse, guard: ResponseSettle
         res.statusMessage = statusMessage
         Reflect.apply(original.end, res, [body, callback])
       } catch (error) {
-        log.error(fields(), `oncely: the answer could not be sent; the connection is closed: ${String(error)}`)
+        this.#log.error(this.#fields(), `oncely: the answer could not be sent; the connection is closed: ${String(error)}`)
         res.destroy()
       }
     })
     return res
-  } as ServerResponse['end']
+  }
 
-  return async (error) => {
-    if (recorder === undefined) return void (await guard.settle({ kind: 'thrown', error }))
-    if (ended) return
-    await cutBy(`the handler threw: ${error instanceof Error ? error.message : String(error)}`)
+  async thrown(error: unknown): Promise<void> {
+    if (this.#recorder === undefined) return void (await this.#guard.settle({ kind: 'thrown', error }))
+    if (this.#ended) return
+    await this.#cutBy(`the handler threw: ${error instanceof Error ? error.message : String(error)}`)
     // Whatever answers the error next (Nest's filter ends a started response) must not make the
     // cut body look whole to the client.
-    res.destroy()
+    this.#res.destroy()
   }
 }
 

@@ -28,10 +28,14 @@ export type OncelyFastifyOptions<Tx = RegisteredTx> = AdapterOptions<FastifyRequ
 
 const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options) => {
   const resolved = resolveAdapterOptions(options)
-  const guards = new WeakMap<FastifyRequest, { guard: GuardedExecution<RegisteredTx>; earlier: ReadonlySet<string> }>()
-  const threw = new WeakMap<FastifyRequest, unknown>()
-  const unkeyed = new WeakMap<FastifyRequest, (status: number) => void>()
+  // What a request carries between its hooks, on the request itself (decorated, so every request
+  // has the slots from the start): not in module-wide WeakMaps, whose values V8's young
+  // collections keep until a full one, each with the request it reaches (issue 21).
+  const state = (request: FastifyRequest) => request as unknown as RequestState
   fastify.decorateRequest('idempotency', null)
+  fastify.decorateRequest(HELD, null)
+  fastify.decorateRequest(THREW, null)
+  fastify.decorateRequest(UNKEYED, null)
 
   // preHandler: the body is parsed and the route matched; the handler has not run yet.
   fastify.addHook('preHandler', async (request, reply) => {
@@ -50,23 +54,24 @@ const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options
     })
     if (gate.kind === 'answer') return send(reply, gate.answer)
     for (const [name, value] of keyTtlHeaders(resolved.keyTtlSeconds)) reply.header(name, value)
-    if (gate.kind === 'unkeyed') return void unkeyed.set(request, gate.finish)
+    if (gate.kind === 'unkeyed') return void (state(request)[UNKEYED] = gate.finish)
     request.idempotency = gate.guard.context
     // Headers set before the handler ran (CORS, request ids) survive a replacement answer.
-    guards.set(request, { guard: gate.guard, earlier: new Set(Object.keys(reply.getHeaders())) })
+    state(request)[HELD] = { guard: gate.guard, earlier: new Set(Object.keys(reply.getHeaders())) }
   })
 
   fastify.addHook('onError', async (request, _reply, error) => {
-    threw.set(request, error)
+    state(request)[THREW] = { error }
   })
 
   fastify.addHook('onSend', async (request, reply, payload) => {
-    const held = guards.get(request)
+    const carried = state(request)
+    const held = carried[HELD]
     if (!held) return payload
-    guards.delete(request)
+    carried[HELD] = null
     const { guard, earlier } = held
-    if (threw.has(request)) {
-      await guard.settle({ kind: 'thrown', error: threw.get(request) })
+    if (carried[THREW]) {
+      await guard.settle({ kind: 'thrown', error: carried[THREW].error })
       return payload
     }
     if (isStream(payload)) return passThrough(reply, guard, payload, resolved)
@@ -77,12 +82,26 @@ const plugin: FastifyPluginAsync<OncelyFastifyOptions> = async (fastify, options
 
   // A hijacked reply skips onSend: end the claim anyway, so the lease stops and a retry may run.
   fastify.addHook('onResponse', async (request, reply) => {
-    unkeyed.get(request)?.(reply.statusCode)
-    const held = guards.get(request)
+    const carried = state(request)
+    carried[UNKEYED]?.(reply.statusCode)
+    const held = carried[HELD]
     if (!held) return
-    guards.delete(request)
+    carried[HELD] = null
     await held.guard.settle({ kind: 'thrown', error: new Error('the reply was sent without passing through onSend') })
   })
+}
+
+/** The request's slots for what its hooks hand on, under symbols of the plugin's own. */
+const HELD = Symbol('oncely.held')
+const THREW = Symbol('oncely.threw')
+const UNKEYED = Symbol('oncely.unkeyed')
+interface RequestState {
+  /** The claim the handler runs under, and the names of the headers set before it ran. */
+  [HELD]: { guard: GuardedExecution<RegisteredTx>; earlier: ReadonlySet<string> } | null
+  /** What the handler threw (boxed: a handler may throw `undefined`). */
+  [THREW]: { error: unknown } | null
+  /** Reports an unguarded request's status once it is sent. */
+  [UNKEYED]: ((status: number) => void) | null
 }
 
 /**

@@ -101,46 +101,71 @@ export function idempotency<Tx = unknown, E extends Env = Env>(
   }
 }
 
-/** What the handler answered through `c`, while it runs: whether it streamed, and each response's body as given. */
-interface RecordedBodies {
-  readonly streamed: boolean
-  bodyOf(response: Response): string | Uint8Array | undefined
-  restore(): void
+type Maker = (data: unknown, ...rest: unknown[]) => Response
+
+/**
+ * What the handler answered through `c`, while it runs: whether it streamed, and each response's
+ * body as given. Nothing of it is a closure made per request and stored on an object: V8's young
+ * collections kept such a closure, and so `c` and the whole request it reached, until the next
+ * full collection (a getter of an object literal did the same), so every request was promoted to
+ * the old generation (issue 21). The wrappers put on `c` are bound functions instead.
+ */
+class RecordedBodies {
+  streamed = false
+  readonly #bodies = new WeakMap<Response, string | Uint8Array>()
+  readonly #c: Context
+  readonly #made: Pick<Context, 'body' | 'newResponse' | 'text' | 'json'>
+
+  constructor(c: Context) {
+    this.#c = c
+    this.#made = { body: c.body, newResponse: c.newResponse, text: c.text, json: c.json }
+  }
+
+  /** The body `response` was made of, when the handler gave it as a string or bytes. */
+  bodyOf(response: Response): string | Uint8Array | undefined {
+    return this.#bodies.get(response)
+  }
+
+  /** Puts Hono's own makers back on `c`. */
+  restore(): void {
+    Object.assign(this.#c, this.#made)
+  }
+
+  keep(data: unknown, response: Response): Response {
+    if (data instanceof ReadableStream) this.streamed = true
+    else if (typeof data === 'string' || data instanceof Uint8Array) this.#bodies.set(response, data)
+    return response
+  }
+
+  /** Hono's own `c.body`, which `c.json` is made through so the text is seen. */
+  get bodyMaker(): Maker {
+    return this.#made.body as Maker
+  }
+}
+
+function recordMade(this: RecordedBodies, maker: Maker, data: unknown, ...rest: unknown[]): Response {
+  return this.keep(data, maker(data, ...rest))
+}
+
+function recordJson(this: RecordedBodies, object: unknown, arg?: unknown, headers?: Record<string, string | string[]>): Response {
+  const data = JSON.stringify(object)
+  return this.keep(data, this.bodyMaker(data, arg, { 'Content-Type': 'application/json', ...headers }))
 }
 
 /**
  * Wraps `c.body`, `c.newResponse`, `c.text` and `c.json` for the handler's run: a stream given to
  * them marks the response streamed, and a string or byte body is kept beside the response made
  * of it. `c.json` is Hono's own, `#newResponse(JSON.stringify(object), arg, { 'Content-Type':
- * 'application/json', ...headers })`, made through `c.body` so the text is seen.
+ * 'application/json', ...headers })`, made through `c.body` so the text is seen. Bound, like
+ * Hono's own arrow functions, so a handler may take them off `c`.
  */
 function recordBodies(c: Context): RecordedBodies {
-  const bodies = new WeakMap<Response, string | Uint8Array>()
-  let streamed = false
-  const { body, newResponse, text, json } = c
-  const keep = (data: unknown, response: Response) => {
-    if (data instanceof ReadableStream) streamed = true
-    else if (typeof data === 'string' || data instanceof Uint8Array) bodies.set(response, data)
-    return response
-  }
-  type Maker = (data: unknown, ...rest: unknown[]) => Response
-  const watch = (maker: Maker) => ((data: unknown, ...rest: unknown[]) => keep(data, maker(data, ...rest))) as never
-  c.body = watch(body as Maker)
-  c.newResponse = watch(newResponse as Maker)
-  c.text = watch(text as Maker)
-  c.json = ((object: unknown, arg?: unknown, headers?: Record<string, string | string[]>) => {
-    const data = JSON.stringify(object)
-    return keep(data, (body as Maker)(data, arg, { 'Content-Type': 'application/json', ...headers }))
-  }) as never
-  return {
-    get streamed() {
-      return streamed
-    },
-    bodyOf: (response) => bodies.get(response),
-    restore: () => {
-      Object.assign(c, { body, newResponse, text, json })
-    },
-  }
+  const recorded = new RecordedBodies(c)
+  c.body = recordMade.bind(recorded, c.body as Maker) as never
+  c.newResponse = recordMade.bind(recorded, c.newResponse as Maker) as never
+  c.text = recordMade.bind(recorded, c.text as Maker) as never
+  c.json = recordJson.bind(recorded) as never
+  return recorded
 }
 
 /** Sets the pairs on headers that may be changed; false for immutable ones (a fetched response's), changing nothing. */
@@ -210,21 +235,22 @@ export function requestHeader(c: { readonly env: unknown; readonly req: { readon
  */
 function isRequestOf(raw: object, incoming: object): boolean {
   // Asked for every header a request reads (nine per charge in the reference service): the
-  // answer is kept per request object, not found again among its symbols each time (issue 21).
-  let madeFrom = incomingOf.get(raw)
-  if (madeFrom === undefined) {
-    madeFrom = null
-    for (const symbol of Object.getOwnPropertySymbols(raw)) {
-      const value = (raw as Record<symbol, unknown>)[symbol]
-      if (value === incoming) madeFrom = incoming
-    }
-    incomingOf.set(raw, madeFrom)
+  // answer is kept on the request object itself, not found again among its symbols each time
+  // (issue 21). Not in a module-wide WeakMap: V8's young collections keep such a map's values
+  // until a full one, and this value, Node's request, reached the whole request.
+  const known = (raw as { [madeFromKey]?: object | null })[madeFromKey]
+  if (known !== undefined) return known === incoming
+  let madeFrom: object | null = null
+  for (const symbol of Object.getOwnPropertySymbols(raw)) {
+    if ((raw as Record<symbol, unknown>)[symbol] === incoming) madeFrom = incoming
   }
+  // A request object that takes no new properties (frozen by a middleware) is looked up each time.
+  if (Object.isExtensible(raw)) Object.defineProperty(raw, madeFromKey, { value: madeFrom, configurable: true })
   return madeFrom === incoming
 }
 
-/** The node:http request each request object was made from (`null`: none), once looked up. */
-const incomingOf = new WeakMap<object, object | null>()
+/** The node:http request a request object was made from (`null`: none), once looked up, under this symbol on the object. */
+const madeFromKey = Symbol('oncely.madeFrom')
 
 function isStreaming(res: Response): boolean {
   return res.headers.get('transfer-encoding')?.toLowerCase().includes('chunked') === true || res.headers.get('content-type')?.startsWith('text/event-stream') === true

@@ -28,7 +28,12 @@ export interface IdempotencyModuleOptions<Tx = unknown> extends AdapterOptions<R
 /** The injection token of the resolved options. */
 export const IDEMPOTENCY_OPTIONS = Symbol('oncely:idempotency-options')
 
-const contexts = new WeakMap<Request, IdempotencyContext<unknown>>()
+/**
+ * Where a guarded request keeps its context for `@Idempotency()`: on the request itself, not in a
+ * module-wide WeakMap, whose values V8's young collections keep until a full one, each with the
+ * execution it reaches (issue 21). Not enumerable, so nothing that copies the request takes it.
+ */
+const CONTEXT = Symbol('oncely.idempotencyContext')
 
 /**
  * The NestJS interceptor (on `@nestjs/platform-express`): a guarded request needs an
@@ -73,7 +78,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       else captureServerResponse(res, { settle: async () => gate.answer }, this.#options.log)
       return of(undefined)
     }
-    contexts.set(req, gate.guard.context)
+    Object.defineProperty(req, CONTEXT, { value: gate.guard.context, configurable: true })
     const thrown = captureServerResponse(res, gate.guard, this.#options.log)
     // Nest's exception filter only ends a response whose status line went out: a throw after a
     // streamed response started must cut it here, or its truncated body would be stored whole.
@@ -138,7 +143,7 @@ Module({})(IdempotencyModule)
  * for steps, and `writeOnCompletion`); `undefined` on a request that does not own a key. Type the
  * parameter with your store's transaction: `@Idempotency() idempotency: IdempotencyContext<Queryable>`.
  */
-export const Idempotency = createParamDecorator((_data: unknown, context: ExecutionContext) => contexts.get(context.switchToHttp().getRequest<Request>()))
+export const Idempotency = createParamDecorator((_data: unknown, context: ExecutionContext) => (context.switchToHttp().getRequest<Request>() as { [CONTEXT]?: IdempotencyContext<unknown> })[CONTEXT])
 
 /** Mirrors Nest's own rule: a handler with `@Res()` or `@Next()`, without `passthrough`, sends its own response. */
 function handlesOwnResponse(context: ExecutionContext): boolean {

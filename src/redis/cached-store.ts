@@ -143,10 +143,17 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
     },
     async transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T> {
       let completions: Array<{ fence: Fence; outcome: FinalOutcome }> = []
+      // Each attempt's handle leaves the map when the transaction ends: an entry left to the
+      // WeakMap's own clearing kept its completions (and their responses) through V8's young
+      // collections until a full one (issue 21).
+      const handles: object[] = []
       try {
         const value = await store.transaction(async (tx) => {
           completions = []
-          if (typeof tx === 'object' && tx !== null) pending.set(tx, completions)
+          if (typeof tx === 'object' && tx !== null) {
+            pending.set(tx, completions)
+            handles.push(tx)
+          }
           return work(tx)
         })
         for (const { fence, outcome } of completions) await announce(fence, outcome)
@@ -155,6 +162,8 @@ export function withRedisCache<Tx, S extends IdempotencyStore<Tx>>(store: S, cac
         // Rolled back, or unknown (a lost COMMIT answer): whatever the cache held may be wrong.
         for (const { fence } of completions) await letGo(fence, true)
         throw error
+      } finally {
+        for (const tx of handles) pending.delete(tx)
       }
     },
     release: async (fence: Fence) => letGo(fence, await store.release(fence)),

@@ -51,6 +51,15 @@ beforeAll(async () => {
     },
     (c) => c.text(requestHeader(c, 'x-user') ?? 'none'),
   )
+  // A request frozen by a middleware takes no property: its headers are read through it each time.
+  app.post(
+    '/frozen',
+    async (c, next) => {
+      c.req.raw = Object.freeze(new Request(c.req.raw.url, { method: 'POST', headers: c.req.raw.headers }))
+      await next()
+    },
+    (c) => c.text(`${requestHeader(c, 'x-user') ?? 'none'} ${requestHeader(c, 'x-user') ?? 'none'}`),
+  )
   app.post('/text', once, (c) => c.text(`run ${++runs}`))
   // A redirect's headers are immutable, as a fetched response's are.
   app.post('/redirect', once, () => (++runs, Response.redirect('http://example.test/next', 303)))
@@ -136,5 +145,7 @@ describe('oncely/hono on @hono/node-server (issue 21)', () => {
     expect([other.status, other.headers.get('idempotent-replayed'), ((await other.json()) as { user: string }).user]).toEqual([201, null, 'u-8'])
     const rewritten = await fetch(`${url}/rewritten`, { method: 'POST', headers: { 'x-user': 'u-9' } })
     expect(await rewritten.text()).toBe('rewritten')
+    const frozen = await fetch(`${url}/frozen`, { method: 'POST', headers: { 'x-user': 'u-10' } })
+    expect([frozen.status, await frozen.text()]).toEqual([200, 'u-10 u-10'])
   })
 })

@@ -58,12 +58,7 @@ export class ClaimWatcher {
     this.#linger = undefined
     const listener = this.#listen()
     void this.#arm(listener, claim, waiter)
-    return {
-      get live() {
-        return waiter.marked && listener.listening
-      },
-      stop: () => this.#stop(claim.claimId, waiter),
-    }
+    return new Watch(waiter, listener, () => this.#stop(claim.claimId, waiter))
   }
 
   #listen(): WakeUpListener {
@@ -117,5 +112,26 @@ export class ClaimWatcher {
 
   #wakeAll(): void {
     for (const waiters of this.#waiters.values()) this.#wake(waiters)
+  }
+}
+
+/**
+ * One waiter's watch. A class, so `live` is a getter of its prototype: a getter of an object
+ * literal is a closure per watch that V8's young collections keep until a full one, with all it
+ * reaches (issue 21).
+ */
+class Watch implements ClaimWatch {
+  readonly #waiter: Waiter
+  readonly #listener: WakeUpListener
+  readonly stop: () => void
+
+  constructor(waiter: Waiter, listener: WakeUpListener, stop: () => void) {
+    this.#waiter = waiter
+    this.#listener = listener
+    this.stop = stop
+  }
+
+  get live(): boolean {
+    return this.#waiter.marked && this.#listener.listening
   }
 }
