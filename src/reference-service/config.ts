@@ -54,6 +54,13 @@ export interface ServiceConfig {
   relay: boolean
   /** NOTIFY the relay in each completion transaction (it serialises commits); off, the relay's poll bounds the latency. (Default: true) */
   outboxNotify: boolean
+  /**
+   * Leave V8's allocation-site pretenuring on. Off (`--no-allocation-site-pretenuring`, set at
+   * start), a fresh charge's objects stay in the young generation and die there; on, V8 soon
+   * allocates some of them in the old generation, where they keep the rest alive until a full
+   * collection (issue 21; docs/reference-service.md, "The collector"). (Default: false)
+   */
+  v8Pretenuring: boolean
 }
 
 /** Keys are described, never shown: an id, and how many bytes its key has. */
@@ -108,6 +115,7 @@ export const ENV = {
   eventsUrl: 'EVENTS_URL',
   relay: 'ONCELY_RELAY',
   outboxNotify: 'OUTBOX_NOTIFY',
+  v8Pretenuring: 'ONCELY_V8_PRETENURING',
 } as const
 
 /**
@@ -148,6 +156,7 @@ export function resolveServiceConfig(env: Settings, overrides: Partial<ServiceCo
     eventsUrl: read(ENV.eventsUrl),
     relay: read(ENV.relay) === undefined ? true : flag(ENV.relay, read(ENV.relay)),
     outboxNotify: read(ENV.outboxNotify) === undefined ? true : flag(ENV.outboxNotify, read(ENV.outboxNotify)),
+    v8Pretenuring: flag(ENV.v8Pretenuring, read(ENV.v8Pretenuring)),
     ...dropUndefined(overrides),
   }
   if (config.providerUrl !== undefined) checkUrl(ENV.providerUrl, config.providerUrl)

@@ -8,6 +8,7 @@ import { createPostgresStore, migrate, withTransaction, type Queryable } from '.
 import { createServiceApp } from './app.js'
 import { storeWithCache } from './cache.js'
 import { createChaos } from './chaos.js'
+import { tuneCollector } from './collector.js'
 import type { ServiceConfig } from './config.js'
 import { openDatabase, SERVICE_POOL_SETTINGS } from './database.js'
 import { claimFolder } from './folder-owner.js'
@@ -207,6 +208,7 @@ const STOP_DEADLINE_MS = 9000
  * bounded by its own deadline.
  */
 export async function runUntilSignal(config: Readonly<ServiceConfig>): Promise<number> {
+  tuneCollector(config)
   const log = (line: string) => process.stderr.write(`${line}\n`)
   let signalled: NodeJS.Signals | undefined
   let onSignal: (signal: NodeJS.Signals) => void = (signal) => (signalled ??= signal)

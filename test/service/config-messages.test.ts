@@ -29,6 +29,7 @@ describe('a bad setting of the reference service is refused as `VARIABLE RULE; g
     ['an events URL of another scheme', { EVENTS_URL: 'kafka://user:s3cret@broker:9092' }, 'EVENTS_URL must be a nats:// or amqp:// URL; got "kafka://***@broker:9092"'],
     ['a Redis URL of another scheme', { REDIS_URL: 'http://:s3cret@cache:6379' }, 'REDIS_URL must be a redis or rediss URL; got "http://***@cache:6379"'],
     ['a provider URL of another scheme', { PROVIDER_URL: 'ftp://user:s3cret@provider' }, 'PROVIDER_URL must be a http or https URL; got "ftp://***@provider"'],
+    ['a pretenuring switch that is not one', { ONCELY_V8_PRETENURING: 'sometimes' }, 'ONCELY_V8_PRETENURING must be 1 or 0; got "sometimes"'],
   ])('%s', (_name, env, expected) => {
     const shown = refusal(env)
     expect(shown).toBe(expected)
@@ -40,5 +41,13 @@ describe('the TTL and the stale threshold are a pair', () => {
   it('a short TTL starts once the stale threshold the refusal names is set below it', () => {
     expect(() => resolveServiceConfig({ IDEMPOTENCY_TTL_MS: '1000' })).toThrow(ConfigError)
     expect(resolveServiceConfig({ IDEMPOTENCY_TTL_MS: '1000', IDEMPOTENCY_STALE_AFTER_MS: '500' })).toMatchObject({ ttlMs: 1000, staleAfterMs: 500 })
+  })
+})
+
+describe("V8's allocation-site pretenuring (issue 21)", () => {
+  it('is turned off at start unless ONCELY_V8_PRETENURING keeps it', () => {
+    expect(resolveServiceConfig({}).v8Pretenuring).toBe(false)
+    expect(resolveServiceConfig({ ONCELY_V8_PRETENURING: '1' }).v8Pretenuring).toBe(true)
+    expect(resolveServiceConfig({ ONCELY_V8_PRETENURING: '0' }).v8Pretenuring).toBe(false)
   })
 })
