@@ -57,8 +57,8 @@ async function takenOver(key: string) {
 const transient = () => Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' })
 
 /** An engine whose store is the real one with some methods replaced. */
-function engineWith(overrides: (store: PostgresStore) => Partial<PostgresStore>, timing: { staleAfterMs: number; leaseRenewMs?: number } = { staleAfterMs: 60_000 }) {
-  const store = createPostgresStore({ pool: db.pool, schema: db.schema })
+function engineWith(overrides: (store: PostgresStore) => Partial<PostgresStore>, timing: { staleAfterMs: number; leaseRenewMs?: number } = { staleAfterMs: 60_000 }, pool: pg.Pool = db.pool) {
+  const store = createPostgresStore({ pool, schema: db.schema })
   return createEngine({ ...timing, store: { ...store, ...overrides(store) } })
 }
 
@@ -314,7 +314,7 @@ describe('the database away past the lease (issue 8, path 4)', () => {
  * ran; with `ignoringCommit`, on a store that sends the COMMIT only once the work ended (it ignores
  * `commit`, as a store may), so that failure comes before the COMMIT left.
  */
-function failingOnceAfterWork(ignoringCommit: boolean) {
+function failingOnceAfterWork(ignoringCommit: boolean, pool: pg.Pool = db.pool) {
   const tries = { attempts: 0, runs: 0 }
   const engine = engineWith((store) => ({
     ...(ignoringCommit ? { complete: (fence, { commit: _commit, ...completion }) => store.complete(fence, completion) } : {}),
@@ -324,7 +324,7 @@ function failingOnceAfterWork(ignoringCommit: boolean) {
         if (++tries.attempts === 1) throw transient()
         return value
       }),
-  }))
+  }), { staleAfterMs: 60_000 }, pool)
   const chargeInTransaction = (execution: Execution<Queryable>, id: string) =>
     execution.completeInTransaction(async (tx) => {
       tries.runs++
@@ -347,7 +347,13 @@ describe('a completion transaction that failed transiently before its COMMIT lan
 
 describe('a completion that left with its COMMIT (issue 21), then a transient error', () => {
   it('is read back as landed: the work does not run again, its value is returned, the row written once', async () => {
-    const { engine, tries, chargeInTransaction } = failingOnceAfterWork(false)
+    // The COMMIT leaves with the completion only on a connection that has already parsed the
+    // completion's named statement (one-sync.ts); on one that has not, the statement goes alone
+    // and the COMMIT after it, the case above. So: one connection, warmed by a completion first.
+    const pool = db.newPool(1)
+    const warm = owned(await engineWith(() => ({}), { staleAfterMs: 60_000 }, pool).begin(input('landed-with-commit-warm')))
+    await warm.completeInTransaction(async () => ({ response: jsonResponse(201, '{}'), value: 'warm' }))
+    const { engine, tries, chargeInTransaction } = failingOnceAfterWork(false, pool)
     const execution = owned(await engine.begin(input('landed-with-commit')))
     const value = await chargeInTransaction(execution, 'ch_landed_with_commit')
     expect({ value, ...tries, state: execution.state }).toEqual({ value: 'ch_landed_with_commit', runs: 1, attempts: 1, state: 'completed' })
