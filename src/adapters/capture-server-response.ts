@@ -61,8 +61,8 @@ class HeldResponse {
   readonly #res: ServerResponse
   readonly #guard: ResponseSettler
   readonly #log: Logger
-  // Called on `res` when used (`Reflect.apply`), not bound: four bound functions a request, for the
-  // paths that call them, were a cost of every request (issue 21).
+  // Node's own methods, called on `res` with `Reflect.apply` when used rather than bound ahead:
+  // four more bound functions a request were a cost of every request (issue 21).
   readonly #original: Pick<ServerResponse, 'write' | 'end' | 'writeHead' | 'flushHeaders'>
   // Headers set before the handler ran (CORS, request ids) survive a replacement answer.
   readonly #earlier: string[]

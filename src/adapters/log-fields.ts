@@ -14,15 +14,15 @@ export function requestLogFields(request: { method: string; route: string; scope
 
 /**
  * `fields` and `key` hashed with `logKey`, made when the request is: a plain data property, never
- * a getter. A getter of an object literal is a closure per request held by an accessor pair, which
- * V8 puts in its old generation, so the young collector kept what the closure reached until the
- * next full collection (issue 21). The hash is about half a microsecond.
+ * a getter. With a getter of an object literal (a closure per request), V8's young collector kept
+ * what the closure reached until the next full collection (issue 21). The hash is about half a
+ * microsecond.
  */
 export function withHashedKey(fields: Readonly<LogFields>, key: string): LogFields {
   return { ...fields, key: logKey(key) }
 }
 
-/** `fields` without `key`. */
+/** `fields` without `key`, so that a key added after it comes last, as in every log line. */
 export function withoutKey(fields: Readonly<LogFields>): LogFields {
   const rest: LogFields = {}
   for (const name of Object.keys(fields)) if (name !== 'key') rest[name] = fields[name]
